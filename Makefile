@@ -1,0 +1,33 @@
+# The README's commands. Every target installs what it needs into .venv first.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+PKGS   := -p convstore.domain -p convstore.adapters -p convstore.projections -p convstore.storage
+
+.PHONY: install test lint demo bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# Strict editable mode links each module into a tree mypy can read; re-run after adding files.
+install: $(BIN)/python
+	$(BIN)/python -m pip install -q --disable-pip-version-check \
+		--config-settings editable_mode=strict -e '.[postgres,test]'
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy $(PKGS)
+
+test: lint
+	$(BIN)/pytest
+
+demo: install
+	rm -rf .demo && mkdir -p .demo
+	$(BIN)/python -m convstore.adapters.demo .demo
+
+bench: install
+	$(BIN)/python -m benchmarks
+
+clean:
+	rm -rf $(VENV) build .demo .pytest_cache .mypy_cache .ruff_cache

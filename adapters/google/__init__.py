@@ -1,0 +1,1 @@
+"""The google wire format."""
