@@ -1,0 +1,98 @@
+"""The per-conversation hash chain: canonical encoding, sealing and verification.
+
+An event's canonical encoding is msgspec's compact JSON of its fields with the two hash
+fields left out. Its `hash` is SHA-256 over the predecessor's hash, a newline, and that
+encoding. Stored events are the canonical encoding with the hash fields added, so
+`verify_stored` recomputes every hash from the stored bytes alone, before any upcasting:
+a schema upgrade never breaks an old chain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import msgspec
+
+from convstore.domain.errors import IntegrityError
+from convstore.domain.events import Event
+
+_HASH_FIELDS = frozenset({"prev_hash", "hash"})
+_encode = msgspec.json.Encoder().encode
+_split = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
+
+E = TypeVar("E", bound=Event)
+
+
+def digest(prev_hash: str, canonical: bytes) -> str:
+    """The hash of an event whose predecessor's hash is `prev_hash`."""
+    h = hashlib.sha256(prev_hash.encode("ascii"))
+    h.update(b"\n")
+    h.update(canonical)
+    return h.hexdigest()
+
+
+def seal(event: E, prev_hash: str) -> E:
+    """Return `event` with its chain fields set, given its predecessor's hash."""
+    unsealed = msgspec.structs.replace(event, prev_hash="", hash="")
+    return msgspec.structs.replace(
+        unsealed, prev_hash=prev_hash, hash=digest(prev_hash, _encode(unsealed))
+    )
+
+
+def canonical_from_stored(state: bytes) -> tuple[bytes, str, str]:
+    """Split stored bytes into (canonical encoding, prev_hash, hash)."""
+    try:
+        fields = _split(state)
+    except (msgspec.DecodeError, RecursionError) as error:
+        raise IntegrityError(f"stored event is not a JSON object: {error}") from None
+    prev_hash = _string(fields.get("prev_hash"))
+    own_hash = _string(fields.get("hash"))
+    canonical = b"{%s}" % b",".join(
+        _encode(name) + b":" + bytes(raw)
+        for name, raw in fields.items()
+        if name not in _HASH_FIELDS
+    )
+    return canonical, prev_hash, own_hash
+
+
+def _string(raw: msgspec.Raw | None) -> str:
+    if raw is None:
+        return ""
+    try:
+        return msgspec.json.decode(bytes(raw), type=str)
+    except msgspec.DecodeError:
+        return ""
+
+
+@dataclass(frozen=True, slots=True)
+class ChainBreak:
+    """One place where a stored chain does not hold."""
+
+    version: int
+    problem: str
+
+
+def verify_stored(states: Iterable[tuple[int, bytes]], *, first_prev: str = "") -> list[ChainBreak]:
+    """Walk stored (version, bytes) in order; list every changed, missing or moved event."""
+    breaks: list[ChainBreak] = []
+    expected_prev = first_prev
+    expected_version: int | None = None
+    for version, state in states:
+        if expected_version is not None and version != expected_version:
+            breaks.append(ChainBreak(version, f"version {expected_version} is missing"))
+        expected_version = version + 1
+        try:
+            canonical, prev_hash, own_hash = canonical_from_stored(state)
+        except IntegrityError as error:
+            breaks.append(ChainBreak(version, str(error)))
+            expected_prev = ""
+            continue
+        if prev_hash != expected_prev:
+            breaks.append(ChainBreak(version, "does not follow its predecessor (removed or moved)"))
+        if digest(prev_hash, canonical) != own_hash:
+            breaks.append(ChainBreak(version, "content changed since it was written"))
+        expected_prev = own_hash
+    return breaks

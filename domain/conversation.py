@@ -1,0 +1,432 @@
+"""The Conversation aggregate: the invariants, checked where each event is applied.
+
+The aggregate's state holds only what its invariants need (open turn and response, tool
+calls, activity states, response digests, the chain head, counters), never message text,
+so snapshots stay small and every reading of content folds events through a projection.
+It satisfies eventsourcing's mutable-aggregate protocol (`id`, `version`, `created_on`,
+`modified_on`, `collect_events`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+from uuid import UUID, uuid4
+
+import msgspec
+
+from convstore.domain import errors
+from convstore.domain.chain import seal
+from convstore.domain.events import (
+    AssistantText,
+    ContextInjected,
+    Event,
+    HostedActivity,
+    Reasoning,
+    ResponseEnded,
+    ResponseStarted,
+    Started,
+    ToolCallRequested,
+    ToolCallResponded,
+    TurnEnded,
+    TurnStarted,
+    UnknownArtifact,
+    UserMessage,
+)
+from convstore.domain.vocabulary import (
+    TERMINAL,
+    ActivityId,
+    CallId,
+    ConversationId,
+    Lifecycle,
+    ProviderPayload,
+    ResponseId,
+    TurnId,
+    Writer,
+    check_json_document,
+)
+
+E = TypeVar("E", bound=Event)
+
+
+class OpenResponse(msgspec.Struct, kw_only=True):
+    """The response whose events are being recorded."""
+
+    response_id: ResponseId
+    provider: str
+    started_at: float
+    """POSIX time of its ResponseStarted."""
+    writer: Writer | None = None
+
+
+class ActivityState(msgspec.Struct, kw_only=True, array_like=True):
+    """What the lifecycle invariant needs of one hosted activity."""
+
+    name: str
+    state: Lifecycle
+    provider: str = ""
+
+
+class ConversationState(msgspec.Struct, kw_only=True):
+    """Everything the invariants need; snapshots encode exactly this."""
+
+    head: str = ""
+    """The hash of the newest event: the chain head."""
+    open_turn: TurnId | None = None
+    open_response: OpenResponse | None = None
+    responses: dict[str, str] = {}
+    """Response id → content digest, for idempotent re-ingestion."""
+    calls: dict[str, bool] = {}
+    """Client tool call id → answered."""
+    activities: dict[str, ActivityState] = {}
+    counts: dict[str, int] = {}
+    """Events recorded, by event type."""
+    created_on: datetime | None = None
+    modified_on: datetime | None = None
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Conversation:
+    """One conversation: records drafts as events, enforcing every invariant."""
+
+    def __init__(
+        self,
+        conversation_id: ConversationId,
+        *,
+        state: ConversationState | None = None,
+        version: int = 0,
+    ) -> None:
+        self._id = conversation_id
+        self._version = version
+        self.state = state if state is not None else ConversationState()
+        self._pending: list[Event] = []
+        self.clock: Callable[[], datetime] = _now
+
+    # --- eventsourcing's aggregate protocol -------------------------------------------------
+
+    @property
+    def id(self) -> ConversationId:
+        """The conversation's id."""
+        return self._id
+
+    @property
+    def version(self) -> int:
+        """The version of the newest event applied (0 before any)."""
+        return self._version
+
+    @version.setter
+    def version(self, value: int) -> None:
+        self._version = value
+
+    @property
+    def created_on(self) -> datetime | None:
+        """When the conversation started."""
+        return self.state.created_on
+
+    @property
+    def modified_on(self) -> datetime | None:
+        """When the newest event was recorded."""
+        return self.state.modified_on
+
+    def collect_events(self) -> list[Event]:
+        """Take the events recorded since the last collection (eventsourcing's protocol)."""
+        pending, self._pending = self._pending, []
+        return pending
+
+    @property
+    def pending(self) -> tuple[Event, ...]:
+        """Recorded events not collected yet."""
+        return tuple(self._pending)
+
+    # --- commands ---------------------------------------------------------------------------
+
+    @classmethod
+    def start(
+        cls,
+        title: str = "",
+        labels: Iterable[str] = (),
+        conversation_id: ConversationId | None = None,
+    ) -> Conversation:
+        """A new conversation with its Started event recorded."""
+        conversation = cls(conversation_id or ConversationId(uuid4()))
+        conversation.record(Started(title=title, labels=tuple(labels)))
+        return conversation
+
+    def record(self, draft: E) -> E:
+        """Stamp, seal and apply a draft; raises an InvariantViolation and changes nothing."""
+        _check_payloads(draft)
+        event = msgspec.structs.replace(
+            draft,
+            originator_id=self._id,
+            originator_version=self._version + 1,
+            timestamp=self.clock(),
+        )
+        event = seal(event, self.state.head)
+        self.apply(event)
+        self._pending.append(event)
+        return event
+
+    def record_all(self, drafts: Iterable[Event]) -> list[Event]:
+        """Record drafts in order; on a violation nothing of the batch stays applied."""
+        snapshot = self.snapshot_state()
+        version, pending = self._version, len(self._pending)
+        try:
+            return [self.record(draft) for draft in drafts]
+        except errors.InvariantViolation:
+            self.state, self._version = snapshot, version
+            del self._pending[pending:]
+            raise
+
+    # --- replay -----------------------------------------------------------------------------
+
+    @classmethod
+    def replay(
+        cls,
+        conversation_id: ConversationId,
+        events: Iterable[Event],
+        *,
+        state: ConversationState | None = None,
+        version: int = 0,
+    ) -> Conversation:
+        """Fold stored events (after an optional snapshot) into an aggregate."""
+        conversation = cls(conversation_id, state=state, version=version)
+        apply = conversation.apply
+        for event in events:
+            apply(event)
+        return conversation
+
+    def apply(self, event: Event) -> None:
+        """Check that `event` may follow, then fold it into the state."""
+        if event.originator_version != self._version + 1:
+            raise errors.InvariantViolation(
+                f"event version {event.originator_version} does not follow {self._version}"
+            )
+        if event.prev_hash != self.state.head:
+            raise errors.IntegrityError(
+                f"event {event.originator_version} does not follow the chain head"
+            )
+        if self._version == 0 and not isinstance(event, Started):
+            raise errors.InvariantViolation("a conversation's first event must be Started")
+        _APPLY[type(event)](self.state, event)
+        state = self.state
+        name = type(event).__name__
+        state.counts[name] = state.counts.get(name, 0) + 1
+        state.head = event.hash
+        state.modified_on = event.timestamp
+        self._version = event.originator_version
+
+    def snapshot_state(self) -> ConversationState:
+        """A deep copy of the state, for snapshots and rollback."""
+        return _STATE_DECODER.decode(_STATE_ENCODER.encode(self.state))
+
+    # --- queries ----------------------------------------------------------------------------
+
+    def open_calls(self) -> list[CallId]:
+        """Client tool calls without a response, oldest first."""
+        return [CallId(call) for call, answered in self.state.calls.items() if not answered]
+
+    def pending_activities(self) -> dict[ActivityId, ActivityState]:
+        """Hosted activities still `started`."""
+        return {ActivityId(a): s for a, s in self.state.activities.items() if s.state == "started"}
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Conversation):
+            return NotImplemented
+        return (self._id, self._version, self.state) == (other._id, other._version, other.state)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Conversation(id={self._id}, version={self._version})"
+
+
+_STATE_ENCODER = msgspec.msgpack.Encoder()
+_STATE_DECODER = msgspec.msgpack.Decoder(ConversationState)
+
+
+# --- the checks, next to the events they guard -----------------------------------------------
+
+
+def _check_payloads(event: Event) -> None:
+    payloads: list[ProviderPayload] = []
+    payload = getattr(event, "payload", None)
+    if payload is not None:
+        payloads.append(payload)
+    if isinstance(event, AssistantText):
+        payloads.extend(a.replay for a in event.attributions if a.replay is not None)
+    if isinstance(event, ResponseStarted) and event.settings.native is not None:
+        payloads.append(event.settings.native)
+    for p in payloads:
+        check_json_document(p.raw, what=f"{p.provider} {p.format} payload")
+
+
+def _no_open_response(state: ConversationState, what: str) -> None:
+    if state.open_response is not None:
+        raise errors.ResponseStillOpen(
+            f"{what} while response {state.open_response.response_id!r} is still open; "
+            "end it first (or run `convstore repair`)"
+        )
+
+
+def _inside_response(state: ConversationState, response_id: ResponseId | None, what: str) -> None:
+    open_response = state.open_response
+    if open_response is None:
+        raise errors.ResponseNotOpen(
+            f"{what} for response {response_id!r}, but no response is open"
+        )
+    if response_id != open_response.response_id:
+        raise errors.ResponseNotOpen(
+            f"{what} for response {response_id!r}, but the open response is "
+            f"{open_response.response_id!r}"
+        )
+
+
+def _started(state: ConversationState, event: Started) -> None:
+    if state.created_on is not None:
+        raise errors.InvariantViolation("a conversation is started only once")
+    state.created_on = event.timestamp
+
+
+def _turn_started(state: ConversationState, event: TurnStarted) -> None:
+    if state.open_turn is not None:
+        raise errors.TurnStateError(
+            f"turn {event.turn_id!r} cannot start inside open turn {state.open_turn!r}"
+        )
+    _no_open_response(state, "a turn start")
+    state.open_turn = event.turn_id
+
+
+def _turn_ended(state: ConversationState, event: TurnEnded) -> None:
+    if state.open_turn != event.turn_id:
+        raise errors.TurnStateError(
+            f"turn {event.turn_id!r} is not the open turn ({state.open_turn!r})"
+        )
+    _no_open_response(state, "a turn end")
+    state.open_turn = None
+
+
+def _user_side(state: ConversationState, event: UserMessage | ContextInjected) -> None:
+    _no_open_response(state, type(event).__name__)
+
+
+def _response_started(state: ConversationState, event: ResponseStarted) -> None:
+    _no_open_response(state, f"response {event.response_id!r}")
+    if event.response_id in state.responses:
+        raise errors.DuplicateId(f"response {event.response_id!r} is already recorded")
+    state.open_response = OpenResponse(
+        response_id=event.response_id,
+        provider=event.provider,
+        started_at=event.timestamp.timestamp(),
+        writer=event.writer,
+    )
+    state.responses[event.response_id] = ""
+
+
+def _response_ended(state: ConversationState, event: ResponseEnded) -> None:
+    _inside_response(state, event.response_id, "ResponseEnded")
+    state.open_response = None
+    state.responses[event.response_id] = event.digest
+
+
+def _assistant_text(state: ConversationState, event: AssistantText) -> None:
+    _inside_response(state, event.response_id, "AssistantText")
+    length = len(event.text)
+    for attribution in event.attributions:
+        span = attribution.range
+        if span is not None and not 0 <= span.start <= span.end <= length:
+            raise errors.RangeOutOfBounds(
+                f"range [{span.start}, {span.end}) lies outside the text of {length} code points"
+            )
+
+
+def _reasoning(state: ConversationState, event: Reasoning) -> None:
+    _inside_response(state, event.response_id, "Reasoning")
+
+
+def _tool_call_requested(state: ConversationState, event: ToolCallRequested) -> None:
+    _inside_response(state, event.response_id, "ToolCallRequested")
+    if event.call_id in state.calls:
+        raise errors.DuplicateId(f"tool call {event.call_id!r} was already requested")
+    state.calls[event.call_id] = False
+
+
+def _tool_call_responded(state: ConversationState, event: ToolCallResponded) -> None:
+    _no_open_response(state, f"a result for tool call {event.call_id!r}")
+    answered = state.calls.get(event.call_id)
+    if answered is None:
+        raise errors.UnknownToolCall(f"no tool call {event.call_id!r} was requested")
+    if answered:
+        raise errors.ToolCallAlreadyAnswered(f"tool call {event.call_id!r} already has a response")
+    state.calls[event.call_id] = True
+
+
+def _hosted_activity(state: ConversationState, event: HostedActivity) -> None:
+    if event.response_id is not None:
+        _inside_response(state, event.response_id, "HostedActivity")
+    elif event.state != "abandoned":
+        raise errors.ResponseNotOpen(
+            f"activity {event.activity_id!r}: only an abandonment is recorded outside a response"
+        )
+    known = state.activities.get(event.activity_id)
+    if known is None:
+        if event.state == "abandoned" and event.response_id is None:
+            raise errors.InvalidTransition(f"activity {event.activity_id!r} was never started")
+        provider = state.open_response.provider if state.open_response else ""
+        state.activities[event.activity_id] = ActivityState(
+            name=event.name, state=event.state, provider=provider
+        )
+        return
+    if known.name != event.name:
+        raise errors.InvalidTransition(
+            f"activity {event.activity_id!r} is {known.name!r}; it cannot become {event.name!r}"
+        )
+    if known.state in TERMINAL:
+        raise errors.InvalidTransition(
+            f"activity {event.activity_id!r} already ended {known.state!r}; "
+            f"it cannot become {event.state!r}"
+        )
+    if event.state not in TERMINAL:
+        raise errors.InvalidTransition(f"activity {event.activity_id!r} is already started")
+    known.state = event.state
+
+
+def _unknown_artifact(state: ConversationState, event: UnknownArtifact) -> None:
+    if event.response_id is not None:
+        _inside_response(state, event.response_id, "UnknownArtifact")
+
+
+_APPLY: dict[type[Event], Callable[[ConversationState, Any], None]] = {
+    Started: _started,
+    TurnStarted: _turn_started,
+    TurnEnded: _turn_ended,
+    UserMessage: _user_side,
+    ContextInjected: _user_side,
+    ResponseStarted: _response_started,
+    ResponseEnded: _response_ended,
+    AssistantText: _assistant_text,
+    Reasoning: _reasoning,
+    ToolCallRequested: _tool_call_requested,
+    ToolCallResponded: _tool_call_responded,
+    HostedActivity: _hosted_activity,
+    UnknownArtifact: _unknown_artifact,
+}
+
+
+def new_conversation_id() -> ConversationId:
+    """A fresh random conversation id."""
+    return ConversationId(uuid4())
+
+
+def parse_conversation_id(text: str) -> ConversationId:
+    """A conversation id from its printed form; raises ConversationNotFound if malformed."""
+    try:
+        return ConversationId(UUID(text.strip()))
+    except ValueError:
+        raise errors.ConversationNotFound(
+            f"{text!r} is not a conversation id (expected a UUID such as "
+            "'0b8f6c1e-...'; `convstore list` shows them)"
+        ) from None

@@ -1,0 +1,106 @@
+"""Every error convstore raises on purpose, in one tree.
+
+    ConvstoreError
+    ├── InvariantViolation            a command the aggregate refuses; nothing is written
+    │   ├── InvalidTransition         a lifecycle step not allowed (incl. after a terminal state)
+    │   ├── UnknownToolCall           a tool response naming no request
+    │   ├── ToolCallAlreadyAnswered   a second response to one request
+    │   ├── DuplicateId               an id (call, activity, response) used twice
+    │   ├── RangeOutOfBounds          an attribution range outside its text
+    │   ├── ResponseNotOpen           a response's event outside its ResponseStarted/ResponseEnded
+    │   ├── ResponseStillOpen         a user-side event, or a new response, while one is open
+    │   ├── TurnStateError            turns that do not nest: end without start, start inside one
+    │   └── InvalidPayload            payload bytes that are not one JSON document
+    ├── ConversationNotFound          no conversation with that id
+    ├── ConcurrencyConflict           another writer appended first (optimistic concurrency)
+    ├── ResponseConflict              a stored response id arriving with different content
+    ├── EventTooLarge                 an event over `limits.max_event_bytes`
+    ├── IntegrityError                stored bytes that fail the hash chain
+    ├── DecodeError                   provider input that cannot be read (truncated, malformed)
+    ├── ConfigurationError            a setting that cannot be served
+    └── StorageError                  the database failed (PEP 249 names live in storage)
+
+Every class carries a message a person can act on; only `ConvstoreError` subclasses are
+shown to users without a traceback.
+"""
+
+from __future__ import annotations
+
+
+class ConvstoreError(Exception):
+    """Base of every error convstore raises on purpose."""
+
+
+class InvariantViolation(ConvstoreError):
+    """A command the Conversation aggregate refuses; nothing was written."""
+
+
+class InvalidTransition(InvariantViolation):
+    """A lifecycle transition that the lifecycle does not allow."""
+
+
+class UnknownToolCall(InvariantViolation):
+    """A tool response that names no requested tool call."""
+
+
+class ToolCallAlreadyAnswered(InvariantViolation):
+    """A second response to a tool call that already has one."""
+
+
+class DuplicateId(InvariantViolation):
+    """An id that must be unique in its conversation was used twice."""
+
+
+class RangeOutOfBounds(InvariantViolation):
+    """An attribution range that does not lie inside its text."""
+
+
+class ResponseNotOpen(InvariantViolation):
+    """A response's event outside its ResponseStarted and ResponseEnded."""
+
+
+class ResponseStillOpen(InvariantViolation):
+    """An event that needs no open response arrived while one is open."""
+
+
+class TurnStateError(InvariantViolation):
+    """Turn boundaries that do not nest."""
+
+
+class InvalidPayload(InvariantViolation):
+    """Provider payload bytes that are not exactly one JSON document."""
+
+
+class ConversationNotFound(ConvstoreError, KeyError):
+    """No conversation has the given id."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else "conversation not found"
+
+
+class ConcurrencyConflict(ConvstoreError):
+    """Another writer appended to the conversation first; reload and retry."""
+
+
+class ResponseConflict(ConvstoreError):
+    """A provider response id already stored arrived with different content."""
+
+
+class EventTooLarge(ConvstoreError):
+    """An event whose encoding exceeds the configured `limits.max_event_bytes`."""
+
+
+class IntegrityError(ConvstoreError):
+    """Stored bytes that do not match the conversation's hash chain."""
+
+
+class DecodeError(ConvstoreError, ValueError):
+    """Provider input that cannot be read: truncated, malformed or not a response."""
+
+
+class ConfigurationError(ConvstoreError):
+    """A setting or option that cannot be served as given."""
+
+
+class StorageError(ConvstoreError):
+    """The database failed; storage raises the PEP 249 named subclasses."""

@@ -1,0 +1,182 @@
+"""The application service: commands and queries over conversations.
+
+It receives its persistence at construction (a `ConversationRepository`, built by
+`convstore.storage`), so the domain imports nothing of ours outside itself.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
+from typing import Protocol
+
+import msgspec
+
+from convstore.domain.conversation import Conversation
+from convstore.domain.events import Event, HostedActivity, ResponseEnded, ToolCallResponded
+from convstore.domain.vocabulary import ActivityId, ConversationId, Writer
+from convstore.domain.writers import DEFAULT_STALE_AFTER, current_writer, writer_alive
+
+INTERRUPTED_RESULT = "The tool call was interrupted; no result was recorded."
+
+
+class ConversationSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """One line of a conversation listing."""
+
+    id: ConversationId
+    title: str
+    labels: tuple[str, ...]
+    created_on: datetime
+    events: int
+    """How many events the conversation holds."""
+
+
+class ConversationRepository(Protocol):
+    """What the service needs of persistence."""
+
+    def load(self, conversation_id: ConversationId) -> Conversation:
+        """The conversation as of its newest event; raises ConversationNotFound."""
+        ...
+
+    def save(self, conversation: Conversation) -> Sequence[int]:
+        """Write the collected events atomically; raises ConcurrencyConflict, EventTooLarge."""
+        ...
+
+    def events(self, conversation_id: ConversationId, *, after: int = 0) -> Iterator[Event]:
+        """Stored events in version order, after version `after`."""
+        ...
+
+    def summaries(self, *, offset: int = 0, limit: int = 50) -> list[ConversationSummary]:
+        """Conversations in the order they started."""
+        ...
+
+
+class ConversationService:
+    """Start conversations, append events, repair interruptions, and read them back."""
+
+    def __init__(
+        self,
+        repository: ConversationRepository,
+        *,
+        writer: Writer | None = None,
+        stale_after: float = DEFAULT_STALE_AFTER,
+    ) -> None:
+        self.repository = repository
+        self.writer = writer or current_writer()
+        self.stale_after = stale_after
+
+    # --- commands ---------------------------------------------------------------------------
+
+    def start(self, title: str = "", labels: Iterable[str] = ()) -> ConversationId:
+        """Start a conversation and return its id."""
+        conversation = Conversation.start(title, labels)
+        self.repository.save(conversation)
+        return conversation.id
+
+    def append(self, conversation_id: ConversationId, drafts: Iterable[Event]) -> list[Event]:
+        """Record drafts as one atomic batch, after closing a response whose writer is gone.
+
+        Raises an InvariantViolation (nothing written) or ConcurrencyConflict.
+        """
+        conversation = self.repository.load(conversation_id)
+        self._close_dead_response(conversation)
+        recorded = conversation.record_all(drafts)
+        self.repository.save(conversation)
+        return recorded
+
+    def repair(self, conversation_id: ConversationId) -> list[Event]:
+        """Close any open response as abandoned and answer every orphaned client tool call.
+
+        Hosted activities are untouched: the provider ran them, not us.
+        """
+        conversation = self.repository.load(conversation_id)
+        open_response = conversation.state.open_response
+        if open_response is not None:
+            conversation.record(
+                ResponseEnded(
+                    response_id=open_response.response_id,
+                    state="abandoned",
+                    stop_reason="repaired",
+                    finish_reason="other",
+                )
+            )
+        for call_id in conversation.open_calls():
+            conversation.record(
+                ToolCallResponded(
+                    call_id=call_id,
+                    content=INTERRUPTED_RESULT,
+                    is_error=True,
+                    synthetic=True,
+                )
+            )
+        recorded = list(conversation.pending)
+        if recorded:
+            self.repository.save(conversation)
+        return recorded
+
+    def abandon_activities(
+        self,
+        conversation_id: ConversationId,
+        *,
+        provider: str | None = None,
+        activity_ids: Iterable[ActivityId] | None = None,
+    ) -> list[Event]:
+        """Record pending hosted activities `abandoned` (all, one provider's, or those named)."""
+        conversation = self.repository.load(conversation_id)
+        self._close_dead_response(conversation)
+        wanted = set(activity_ids) if activity_ids is not None else None
+        for activity_id, activity in conversation.pending_activities().items():
+            if wanted is not None and activity_id not in wanted:
+                continue
+            if provider is not None and activity.provider != provider:
+                continue
+            conversation.record(
+                HostedActivity(
+                    activity_id=activity_id,
+                    name=activity.name,
+                    state="abandoned",
+                )
+            )
+        recorded = list(conversation.pending)
+        if recorded:
+            self.repository.save(conversation)
+        return recorded
+
+    # --- queries ----------------------------------------------------------------------------
+
+    def get(self, conversation_id: ConversationId) -> Conversation:
+        """The conversation's aggregate; raises ConversationNotFound."""
+        return self.repository.load(conversation_id)
+
+    def events(self, conversation_id: ConversationId, *, after: int = 0) -> Iterator[Event]:
+        """One conversation's events in order."""
+        return self.repository.events(conversation_id, after=after)
+
+    def list(self, *, offset: int = 0, limit: int = 50) -> list[ConversationSummary]:
+        """A page of conversations, oldest first."""
+        return self.repository.summaries(offset=offset, limit=limit)
+
+    # --- internals --------------------------------------------------------------------------
+
+    def _close_dead_response(self, conversation: Conversation) -> None:
+        open_response = conversation.state.open_response
+        if open_response is None or open_response.writer is None:
+            return
+        if open_response.writer == self.writer:
+            return
+        if writer_alive(
+            open_response.writer,
+            opened_at=open_response.started_at,
+            now=time.time(),
+            stale_after=self.stale_after,
+        ):
+            return
+        conversation.record(
+            ResponseEnded(
+                response_id=open_response.response_id,
+                state="abandoned",
+                stop_reason="writer_gone",
+                finish_reason="other",
+            )
+        )

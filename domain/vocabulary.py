@@ -1,0 +1,209 @@
+"""The provider-neutral vocabulary: ids, lifecycles and the value objects events carry.
+
+Every value is a frozen `msgspec.Struct`; new fields get defaults and types never change
+(msgspec's schema-evolution rule), so stored data stays readable.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal, NewType
+from uuid import UUID
+
+import msgspec
+
+from convstore.domain.errors import InvalidPayload
+
+# Ids that cross module boundaries are distinct types at zero runtime cost.
+ConversationId = NewType("ConversationId", UUID)
+TurnId = NewType("TurnId", str)
+ResponseId = NewType("ResponseId", str)
+CallId = NewType("CallId", str)
+ActivityId = NewType("ActivityId", str)
+
+Provider = str
+"""A provider name: `anthropic`, `openai`, `google`; others are carried, not interpreted."""
+
+Lifecycle = Literal["started", "completed", "failed", "abandoned"]
+"""States of a hosted activity and of a response: `started` then one terminal state."""
+
+TERMINAL: Final[frozenset[str]] = frozenset({"completed", "failed", "abandoned"})
+
+EndState = Literal["completed", "failed", "abandoned"]
+"""How a response or a turn ended."""
+
+FinishReason = Literal[
+    "stop", "length", "tool_use", "pause", "refusal", "content_filter", "error", "other"
+]
+"""The closed, normalized set of reasons a response ended; the provider's own is kept beside."""
+
+TurnTrigger = Literal["user", "tool_results", "continuation", "steering"]
+"""What opened a turn."""
+
+ResponseOrigin = Literal["provider", "request"]
+"""`provider`: a response the provider sent; `request`: assistant history found in a request."""
+
+SourceKind = Literal["web", "document", "file", "search_result"]
+
+
+class ProviderPayload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The native artifact of one provider, kept byte-for-byte for exact replay.
+
+    Only the originating provider's adapter interprets `value`; every other reader keeps
+    it and ignores it. Payloads are untrusted: never rendered, logged or indexed.
+    """
+
+    provider: Provider
+    """The provider that produced the artifact."""
+    format: str
+    """Provider-defined discriminator, e.g. `content_block` or `output_item`."""
+    version: str = ""
+    """The wire contract selected when the artifact was made, e.g. `web_search_20250305`."""
+    binding: dict[str, str] = {}
+    """What the provider ties the value to beyond itself, e.g. `{"model": ...}`."""
+    value: msgspec.Raw
+    """The provider's JSON as raw bytes; opaque strings inside are byte-identical to the wire."""
+
+    @classmethod
+    def of(
+        cls,
+        provider: Provider,
+        format: str,
+        value: bytes,
+        *,
+        version: str = "",
+        binding: dict[str, str] | None = None,
+    ) -> ProviderPayload:
+        """Wrap raw JSON bytes; raises InvalidPayload unless they are one JSON document."""
+        check_json_document(value, what=f"{provider} {format} payload")
+        return cls(
+            provider=provider,
+            format=format,
+            version=version,
+            binding=binding or {},
+            value=msgspec.Raw(bytes(value)),
+        )
+
+    @property
+    def raw(self) -> bytes:
+        """The payload's bytes exactly as stored."""
+        return bytes(self.value)
+
+
+def check_json_document(value: bytes, *, what: str = "payload") -> None:
+    """Raise InvalidPayload unless `value` is exactly one well-formed JSON document."""
+    try:
+        msgspec.json.decode(value, type=msgspec.Raw)
+    except (msgspec.DecodeError, RecursionError) as error:
+        raise InvalidPayload(f"{what} is not one JSON document: {error}") from None
+    if not value.strip():
+        raise InvalidPayload(f"{what} is empty")
+
+
+class Location(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Where in a document a cited passage lies."""
+
+    unit: Literal["char", "page", "block"]
+    """What `start` and `end` count: characters, pages or content blocks."""
+    start: int
+    end: int
+    """Half-open."""
+    document_index: int | None = None
+    """The document's position in the request, where the provider names one."""
+
+
+class Source(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """What an attribution points at."""
+
+    kind: SourceKind
+    """A web page, a document block, a file or container file, or a search result block."""
+    url: str | None = None
+    title: str | None = None
+    id: str | None = None
+    """A file id, a search-result source, or another provider-given identifier."""
+    location: Location | None = None
+
+
+class TextRange(msgspec.Struct, frozen=True, array_like=True):
+    """A half-open span of Unicode code points in an event's final stored text."""
+
+    start: int
+    end: int
+
+
+class Attribution(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A citation attached to assistant text."""
+
+    source: Source
+    excerpt: str | None = None
+    """Text quoted from the source; never stands in for `range`."""
+    range: TextRange | None = None
+    """The cited span of the event's text, where the provider gives one."""
+    replay: ProviderPayload | None = None
+    """The provider's opaque replay value (e.g. Anthropic's `encrypted_index`)."""
+
+
+class ToolDeclaration(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A tool declared on a request: a client tool, or a hosted one with its native version."""
+
+    name: str
+    hosted: bool = False
+    """True when the provider runs it (web search, code execution), False for client tools."""
+    native_type: str = ""
+    """The provider's own tool type, e.g. `web_search_20250305`; empty for plain functions."""
+    description: str = ""
+    input_schema: dict[str, Any] | None = None
+
+
+class RequestSettings(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The request a response answered: what replay and binding checks need."""
+
+    system: str | None = None
+    """The system prompt as text."""
+    tools: tuple[ToolDeclaration, ...] = ()
+    tool_choice: str | None = None
+    """`auto`, `any`, `none`, or a client tool's name."""
+    max_tokens: int | None = None
+    native: ProviderPayload | None = None
+    """The provider's own request settings (body without the conversation), for exact replay."""
+
+
+class Usage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Usage counters of one response, including counters of hosted work."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    hosted: dict[str, int] = {}
+    """Provider counters of hosted work, e.g. `{"web_search_requests": 1}`."""
+    other: dict[str, int] = {}
+    """Every other numeric counter the provider reported, under its own name."""
+
+
+class ErrorInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A provider's error, as it reported it."""
+
+    type: str
+    message: str = ""
+    status: int | None = None
+    """The HTTP status, when the error came as an HTTP error body."""
+
+
+class Writer(msgspec.Struct, frozen=True, kw_only=True):
+    """The process that wrote a ResponseStarted, to tell a live stream from a dead one."""
+
+    host: str
+    pid: int
+    started: float
+    """The process start time, so a reused pid is not mistaken for the writer."""
+
+
+class Display(msgspec.Struct, frozen=True, kw_only=True):
+    """A provider's display obligation, kept as data for renderers; never printed raw."""
+
+    kind: str
+    """E.g. `search_suggestion` (Google's Search Suggestion)."""
+    content: str
+    """The provider's content, e.g. HTML; untrusted."""
+    content_type: str = "text/html"
