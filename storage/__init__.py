@@ -1,1 +1,71 @@
-"""convstore.storage."""
+"""Where and how events are written: SQLite (embedded default) and PostgreSQL.
+
+`open_store(url)` is the one entry point: it parses the URL (see `url`), builds the
+backend's recorder, the msgspec mapper and the repository, and hands the repository to
+the domain's `ConversationService`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import TracebackType
+
+from convstore.domain.service import ConversationService
+from convstore.storage.mapper import DEFAULT_MAX_EVENT_BYTES, EventMapper
+from convstore.storage.recorder import ConversationRecorder
+from convstore.storage.repository import DEFAULT_SNAPSHOT_EVERY, EventRepository
+from convstore.storage.url import PostgresLocation, SQLiteLocation, StoreLocation, parse_location
+
+
+@dataclass
+class Store:
+    """An open store: its location, recorder, repository and application service."""
+
+    location: StoreLocation
+    recorder: ConversationRecorder
+    repository: EventRepository
+    service: ConversationService
+
+    def close(self) -> None:
+        """Release the database connections."""
+        self.recorder.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def open_recorder(location: StoreLocation) -> ConversationRecorder:
+    """The recorder for a location (creating tables where missing)."""
+    if isinstance(location, SQLiteLocation):
+        from convstore.storage.sqlite import SQLiteRecorder
+
+        return SQLiteRecorder(location.path)
+    from convstore.storage.postgres import PostgresRecorder
+
+    return PostgresRecorder(location.dsn, schema=location.schema)
+
+
+def open_store(
+    url: str | None = None,
+    *,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+    snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
+) -> Store:
+    """Open (creating if needed) the store at `url`; None means `CONVSTORE_URL` or the default."""
+    location = parse_location(url)
+    recorder = open_recorder(location)
+    repository = EventRepository(
+        recorder, EventMapper(max_event_bytes), snapshot_every=snapshot_every
+    )
+    return Store(location, recorder, repository, ConversationService(repository))
+
+
+__all__ = ["PostgresLocation", "SQLiteLocation", "Store", "open_store", "parse_location"]

@@ -1,0 +1,93 @@
+"""Storage errors under their PEP 249 names, and the one helper that maps driver errors.
+
+Each class is both convstore's `StorageError` (so the command line shows it without a
+traceback) and eventsourcing's PEP 249 class of the same name (so eventsourcing's own
+contract tests and callers recognise it).
+
+    StorageError
+    ├── InterfaceError      the connection or driver was misused or is closed
+    ├── OperationalError    the database is busy, unreachable, full, or went away
+    ├── IntegrityError      a unique key was violated (a version or tracking position taken)
+    ├── DataError           a value the database cannot store
+    ├── ProgrammingError    a bad statement or a missing table
+    └── InternalError       the database reported an internal fault
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import eventsourcing.persistence as es
+
+from convstore.domain.errors import StorageError
+
+
+class InterfaceError(StorageError, es.InterfaceError):
+    """The connection or driver was misused or is closed."""
+
+
+class OperationalError(StorageError, es.OperationalError):
+    """The database is busy, unreachable, full, or went away."""
+
+
+class IntegrityError(StorageError, es.IntegrityError):
+    """A unique key was violated: a version or tracking position is already taken."""
+
+
+class DataError(StorageError, es.DataError):
+    """A value the database cannot store."""
+
+
+class ProgrammingError(StorageError, es.ProgrammingError):
+    """A bad statement or a missing table."""
+
+
+class InternalError(StorageError, es.InternalError):
+    """The database reported an internal fault."""
+
+
+_BY_NAME: dict[str, type[StorageError]] = {
+    "InterfaceError": InterfaceError,
+    "OperationalError": OperationalError,
+    "IntegrityError": IntegrityError,
+    "DataError": DataError,
+    "ProgrammingError": ProgrammingError,
+    "InternalError": InternalError,
+    "NotSupportedError": ProgrammingError,
+    "DatabaseError": OperationalError,
+}
+
+
+def translate(error: BaseException) -> StorageError:
+    """The most specific storage error for a driver's PEP 249 exception (any driver)."""
+    for cls in type(error).__mro__:
+        mapped = _BY_NAME.get(cls.__name__)
+        if mapped is not None:
+            return mapped(f"{cls.__name__}: {error}")
+    return OperationalError(f"{type(error).__name__}: {error}")
+
+
+def driver_errors() -> tuple[type[BaseException], ...]:
+    """The driver exception classes that `translating` maps."""
+    classes: list[type[BaseException]] = [sqlite3.Error]
+    try:
+        import psycopg
+    except ImportError:  # PostgreSQL support is an extra
+        pass
+    else:
+        classes.append(psycopg.Error)
+    return tuple(classes)
+
+
+_DRIVER_ERRORS = driver_errors()
+
+
+@contextmanager
+def translating() -> Iterator[None]:
+    """Re-raise driver errors as storage errors, keeping the cause."""
+    try:
+        yield
+    except _DRIVER_ERRORS as error:
+        raise translate(error) from error

@@ -1,0 +1,359 @@
+"""The embedded backend: one SQLite file in WAL mode, with a write and read path of our own.
+
+Writes take the database lock up front (`BEGIN IMMEDIATE`), insert a batch with
+`executemany` and commit once: with `synchronous=FULL` a committed append survives power
+loss. Notification ids are the events' rowids, assigned in commit order because SQLite
+has one writer at a time, so a follower never skips an event of a still-open transaction.
+Each thread has its own connection; WAL lets readers run beside the writer.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.persistence import Notification, StoredEvent, Subscription, Tracking
+
+from convstore.storage.errors import IntegrityError, translating
+from convstore.storage.recorder import ConversationRecorder, FirstEvent, SnapshotRecord
+
+BUSY_TIMEOUT_MS = 5000
+"""How long a writer waits for another's lock before a typed OperationalError."""
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS topics (id INTEGER PRIMARY KEY, topic TEXT NOT NULL UNIQUE)",
+    "CREATE TABLE IF NOT EXISTS events ("
+    " id INTEGER PRIMARY KEY,"
+    " originator_id BLOB NOT NULL,"
+    " originator_version INTEGER NOT NULL,"
+    " topic INTEGER NOT NULL,"
+    " state BLOB NOT NULL,"
+    " UNIQUE (originator_id, originator_version))",
+    "CREATE INDEX IF NOT EXISTS events_first ON events (id) WHERE originator_version = 1",
+    "CREATE TABLE IF NOT EXISTS snapshots ("
+    " originator_id BLOB PRIMARY KEY, version INTEGER NOT NULL, state BLOB NOT NULL)"
+    " WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS tracking ("
+    " application_name TEXT NOT NULL, notification_id INTEGER NOT NULL,"
+    " PRIMARY KEY (application_name, notification_id)) WITHOUT ROWID",
+)
+
+
+def _key(originator_id: UUID | str) -> bytes | str:
+    return originator_id.bytes if isinstance(originator_id, UUID) else originator_id
+
+
+def _originator(key: bytes | str) -> UUID | str:
+    return UUID(bytes=key) if isinstance(key, bytes) else key
+
+
+class SQLiteRecorder(ConversationRecorder):
+    """Conversation events, snapshots and tracking records in one SQLite file."""
+
+    def __init__(self, path: Path | str, *, synchronous: str = "FULL") -> None:
+        self.path = str(path)
+        self.synchronous = synchronous
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._guard = threading.Lock()
+        self._topic_ids: dict[str, int] = {}
+        self._topics: dict[int, str] = {}
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        with translating():
+            connection = self._connection()
+            connection.execute("PRAGMA journal_mode=WAL")
+            with self._transaction() as cursor:
+                for statement in _SCHEMA:
+                    cursor.execute(statement)
+
+    # --- connections ------------------------------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = sqlite3.connect(
+                self.path,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=BUSY_TIMEOUT_MS / 1000,
+            )
+            connection.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            connection.execute(f"PRAGMA synchronous={self.synchronous}")
+            self._local.connection = connection
+            with self._guard:
+                self._connections.append(connection)
+        return connection
+
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self._connection())
+
+    def close(self) -> None:
+        """Close every thread's connection."""
+        with self._guard:
+            for connection in self._connections:
+                connection.close()
+            self._connections.clear()
+        self._local = threading.local()
+
+    # --- topics -----------------------------------------------------------------------------
+
+    def _topic_ids_for(self, stored_events: Sequence[StoredEvent]) -> list[int]:
+        # New topics are committed on their own, before the events' transaction, so a
+        # rolled-back append never leaves the cache naming a topic row that does not exist.
+        ids = self._topic_ids
+        for topic in {s.topic for s in stored_events} - ids.keys():
+            connection = self._connection()
+            connection.execute("INSERT OR IGNORE INTO topics (topic) VALUES (?)", (topic,))
+            row = connection.execute("SELECT id FROM topics WHERE topic = ?", (topic,)).fetchone()
+            ids[topic] = int(row[0])
+            self._topics[int(row[0])] = topic
+        return [ids[s.topic] for s in stored_events]
+
+    def _topic(self, topic_id: int) -> str:
+        topic = self._topics.get(topic_id)
+        if topic is None:
+            row = (
+                self._connection()
+                .execute("SELECT topic FROM topics WHERE id = ?", (topic_id,))
+                .fetchone()
+            )
+            topic = str(row[0])
+            self._topics[topic_id] = topic
+            self._topic_ids[topic] = topic_id
+        return topic
+
+    # --- writing ----------------------------------------------------------------------------
+
+    def append(
+        self, stored_events: Sequence[StoredEvent], snapshot: SnapshotRecord | None = None
+    ) -> list[int]:
+        """Insert events (and replace a snapshot) in one transaction."""
+        with translating():
+            topics = self._topic_ids_for(stored_events)
+        with translating(), self._transaction() as cursor:
+            ids = self._insert(cursor, stored_events, topics)
+            if snapshot is not None:
+                cursor.execute(
+                    "INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?)",
+                    (snapshot.originator_id.bytes, snapshot.version, snapshot.state),
+                )
+            return ids
+
+    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> list[int]:
+        """eventsourcing's insert: events, and a `tracking` record if given, atomically."""
+        tracking: Tracking | None = kwargs.get("tracking")
+        with translating():
+            topics = self._topic_ids_for(stored_events)
+        with translating(), self._transaction() as cursor:
+            ids = self._insert(cursor, stored_events, topics)
+            if tracking is not None:
+                self._insert_tracking(cursor, tracking)
+            return ids
+
+    @staticmethod
+    def _insert(
+        cursor: sqlite3.Cursor, stored_events: Sequence[StoredEvent], topics: list[int]
+    ) -> list[int]:
+        if not stored_events:
+            return []
+        row = cursor.execute("SELECT max(id) FROM events").fetchone()
+        first = (row[0] or 0) + 1
+        cursor.executemany(
+            "INSERT INTO events VALUES (?, ?, ?, ?, ?)",
+            [
+                (first + i, _key(s.originator_id), s.originator_version, topic, s.state)
+                for i, (s, topic) in enumerate(zip(stored_events, topics, strict=True))
+            ],
+        )
+        return list(range(first, first + len(stored_events)))
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def select_states(self, originator_id: UUID, *, gt: int = 0) -> list[tuple[int, bytes]]:
+        """(version, bytes) of one conversation's events after `gt`."""
+        with translating():
+            return (
+                self._connection()
+                .execute(
+                    "SELECT originator_version, state FROM events WHERE originator_id = ?"
+                    " AND originator_version > ? ORDER BY originator_version",
+                    (originator_id.bytes, gt),
+                )
+                .fetchall()
+            )
+
+    def select_snapshot(self, originator_id: UUID) -> SnapshotRecord | None:
+        """The conversation's snapshot, if one was taken."""
+        with translating():
+            row = (
+                self._connection()
+                .execute(
+                    "SELECT version, state FROM snapshots WHERE originator_id = ?",
+                    (originator_id.bytes,),
+                )
+                .fetchone()
+            )
+        return None if row is None else SnapshotRecord(originator_id, row[0], row[1])
+
+    def select_first_events(self, *, offset: int = 0, limit: int = 50) -> list[FirstEvent]:
+        """First events in start order, with each conversation's event count."""
+        with translating():
+            rows = (
+                self._connection()
+                .execute(
+                    "SELECT f.originator_id, f.state,"
+                    " (SELECT max(e.originator_version) FROM events e"
+                    "  WHERE e.originator_id = f.originator_id)"
+                    " FROM events f WHERE f.originator_version = 1 ORDER BY f.id LIMIT ? OFFSET ?",
+                    (limit, offset),
+                )
+                .fetchall()
+            )
+        return [FirstEvent(UUID(bytes=key), state, count) for key, state, count in rows]
+
+    def select_events(
+        self,
+        originator_id: UUID | str,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> list[StoredEvent]:
+        """eventsourcing's select."""
+        statement = "SELECT originator_version, topic, state FROM events WHERE originator_id = ?"
+        params: list[Any] = [_key(originator_id)]
+        if gt is not None:
+            statement += " AND originator_version > ?"
+            params.append(gt)
+        if lte is not None:
+            statement += " AND originator_version <= ?"
+            params.append(lte)
+        statement += " ORDER BY originator_version" + (" DESC" if desc else "")
+        if limit is not None:
+            statement += " LIMIT ?"
+            params.append(limit)
+        with translating():
+            rows = self._connection().execute(statement, params).fetchall()
+            return [
+                StoredEvent(originator_id, version, self._topic(topic), state)
+                for version, topic, state in rows
+            ]
+
+    def select_notifications(
+        self,
+        start: int | None,
+        limit: int,
+        stop: int | None = None,
+        topics: Sequence[str] = (),
+        *,
+        inclusive_of_start: bool = True,
+    ) -> list[Notification]:
+        """Events in notification order from `start`, at most `limit`."""
+        statement = "SELECT id, originator_id, originator_version, topic, state FROM events"
+        clauses: list[str] = []
+        params: list[Any] = []
+        if start is not None:
+            clauses.append("id >= ?" if inclusive_of_start else "id > ?")
+            params.append(start)
+        if stop is not None:
+            clauses.append("id <= ?")
+            params.append(stop)
+        with translating():
+            if topics:
+                connection = self._connection()
+                ids = [
+                    row[0]
+                    for t in topics
+                    for row in connection.execute("SELECT id FROM topics WHERE topic = ?", (t,))
+                ]
+                if not ids:
+                    return []
+                clauses.append(f"topic IN ({','.join('?' * len(ids))})")
+                params.extend(ids)
+            if clauses:
+                statement += " WHERE " + " AND ".join(clauses)
+            statement += " ORDER BY id LIMIT ?"
+            params.append(limit)
+            rows = self._connection().execute(statement, params).fetchall()
+            return [
+                Notification(
+                    id=nid,
+                    originator_id=_originator(key),
+                    originator_version=version,
+                    topic=self._topic(topic),
+                    state=state,
+                )
+                for nid, key, version, topic, state in rows
+            ]
+
+    def max_notification_id(self) -> int | None:
+        """The newest notification id, or None for an empty store."""
+        with translating():
+            row = self._connection().execute("SELECT max(id) FROM events").fetchone()
+        return None if row[0] is None else int(row[0])
+
+    def subscribe(self, gt: int | None = None, topics: Sequence[str] = ()) -> Subscription[Any]:
+        """Not available on SQLite: follow the log by polling `select_notifications`."""
+        raise NotImplementedError(
+            "SQLite cannot push notifications; projections poll select_notifications instead"
+        )
+
+    # --- tracking ---------------------------------------------------------------------------
+
+    def insert_tracking(self, tracking: Tracking) -> None:
+        """Record that `tracking.notification_id` was processed; a repeat is refused."""
+        with translating(), self._transaction() as cursor:
+            self._insert_tracking(cursor, tracking)
+
+    @staticmethod
+    def _insert_tracking(cursor: sqlite3.Cursor, tracking: Tracking) -> None:
+        row = cursor.execute(
+            "SELECT max(notification_id) FROM tracking WHERE application_name = ?",
+            (tracking.application_name,),
+        ).fetchone()
+        if row[0] is not None and tracking.notification_id <= row[0]:
+            raise IntegrityError(
+                f"{tracking.application_name!r} already processed notification "
+                f"{row[0]}; {tracking.notification_id} is not after it"
+            )
+        cursor.execute(
+            "INSERT INTO tracking VALUES (?, ?)",
+            (tracking.application_name, tracking.notification_id),
+        )
+
+    def max_tracking_id(self, application_name: str) -> int | None:
+        """The newest processed notification id of a projection."""
+        with translating():
+            row = (
+                self._connection()
+                .execute(
+                    "SELECT max(notification_id) FROM tracking WHERE application_name = ?",
+                    (application_name,),
+                )
+                .fetchone()
+            )
+        return None if row[0] is None else int(row[0])
+
+
+class _Transaction:
+    """`BEGIN IMMEDIATE` … `COMMIT`, rolled back on any error."""
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self.connection = connection
+
+    def __enter__(self) -> sqlite3.Cursor:
+        cursor = self.connection.cursor()
+        cursor.execute("BEGIN IMMEDIATE")
+        return cursor
+
+    def __exit__(self, kind: object, error: object, traceback: object) -> None:
+        if kind is None:
+            self.connection.execute("COMMIT")
+        else:
+            self.connection.execute("ROLLBACK")
