@@ -15,6 +15,7 @@ import msgspec
 
 from convstore.domain.conversation import Conversation
 from convstore.domain.events import Event, HostedActivity, ResponseEnded, ToolCallResponded
+from convstore.domain.responses import ResponseOutcome, ResponseRecorder
 from convstore.domain.vocabulary import ActivityId, ConversationId, Writer
 from convstore.domain.writers import DEFAULT_STALE_AFTER, current_writer, writer_alive
 
@@ -61,10 +62,13 @@ class ConversationService:
         *,
         writer: Writer | None = None,
         stale_after: float = DEFAULT_STALE_AFTER,
+        max_event_bytes: int | None = None,
     ) -> None:
         self.repository = repository
         self.writer = writer or current_writer()
         self.stale_after = stale_after
+        self.max_event_bytes = max_event_bytes
+        """Drafts over this many bytes end their response `failed` (`too_large`)."""
 
     # --- commands ---------------------------------------------------------------------------
 
@@ -84,6 +88,20 @@ class ConversationService:
         recorded = conversation.record_all(drafts)
         self.repository.save(conversation)
         return recorded
+
+    def ingest(self, conversation_id: ConversationId, drafts: Iterable[Event]) -> ResponseOutcome:
+        """Record one provider response from its drafts (ResponseStarted first), as it streams.
+
+        Idempotent by response id: a stored response with the same content is reported
+        `already_stored`; with other content it raises ResponseConflict. What arrived is
+        committed even when the response ends `failed` or `abandoned`.
+        """
+        conversation = self.repository.load(conversation_id)
+        self._close_dead_response(conversation)
+        recorder = ResponseRecorder(
+            conversation, self.repository.save, max_event_bytes=self.max_event_bytes
+        )
+        return recorder.record(drafts, writer=self.writer)
 
     def repair(self, conversation_id: ConversationId) -> list[Event]:
         """Close any open response as abandoned and answer every orphaned client tool call.

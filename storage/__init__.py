@@ -65,7 +65,8 @@ def open_store(
     repository = EventRepository(
         recorder, EventMapper(max_event_bytes), snapshot_every=snapshot_every
     )
-    return Store(location, recorder, repository, ConversationService(repository))
+    service = ConversationService(repository, max_event_bytes=max_event_bytes)
+    return Store(location, recorder, repository, service)
 
 
 __all__ = ["PostgresLocation", "SQLiteLocation", "Store", "open_store", "parse_location"]

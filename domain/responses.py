@@ -1,0 +1,185 @@
+"""Recording one provider response from a stream of drafts, whatever its provider.
+
+A provider decoder yields `ResponseStarted`, one draft per closed block, then
+`ResponseEnded`. This module records them: in one transaction when they fit the buffer
+bound, otherwise in consecutive transactions at block boundaries, so memory stays flat
+and no reader sees half an event. It also makes ingestion idempotent (a response id
+already stored is compared by content digest, never overwritten) and refuses an event over
+`max_event_bytes` by ending the response `failed` (`too_large`), keeping what came before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Iterator
+from typing import Final
+
+import msgspec
+
+from convstore.domain.conversation import Conversation
+from convstore.domain.errors import ConvstoreError, DecodeError, ResponseConflict
+from convstore.domain.events import (
+    AssistantText,
+    Event,
+    ResponseEnded,
+    ResponseStarted,
+)
+from convstore.domain.vocabulary import EndState, ErrorInfo, ResponseId, Writer
+
+DEFAULT_FLUSH_BYTES: Final = 4 * 1024 * 1024
+"""Buffer bound: a response's events are committed together while they fit in it."""
+
+ENVELOPE_BYTES: Final = 512
+"""Room left for the envelope a draft gains when recorded (id, version, time, hashes)."""
+
+_encode = msgspec.json.Encoder().encode
+_ENVELOPE: Final = frozenset(
+    {
+        "originator_id",
+        "originator_version",
+        "timestamp",
+        "prev_hash",
+        "hash",
+        "writer",
+        "digest",
+        "payload",
+        "replay",
+        "native",
+    }
+)
+
+
+class ResponseOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    """What became of one ingested response."""
+
+    response_id: ResponseId
+    ended: EndState
+    events: int
+    """Events recorded for it (0 when it was already stored)."""
+    already_stored: bool = False
+
+
+class ContentDigest:
+    """A digest of a response's portable content, so a re-sent response id can be compared.
+
+    Payloads are left out: a streamed and a non-streamed copy of one response differ in
+    payload formatting, not in content.
+    """
+
+    def __init__(self) -> None:
+        self._hash = hashlib.sha256()
+
+    def add(self, draft: Event) -> None:
+        """Fold one draft in."""
+        fields = msgspec.structs.asdict(draft)
+        if isinstance(draft, AssistantText):
+            fields["attributions"] = [
+                {k: v for k, v in msgspec.structs.asdict(a).items() if k not in _ENVELOPE}
+                for a in draft.attributions
+            ]
+        kept = {k: v for k, v in fields.items() if k not in _ENVELOPE}
+        self._hash.update(type(draft).__name__.encode())
+        self._hash.update(_encode(kept))
+
+    def hexdigest(self) -> str:
+        """The digest so far."""
+        return self._hash.hexdigest()
+
+
+class ResponseRecorder:
+    """Records one response's drafts into a conversation held in memory while it streams."""
+
+    def __init__(
+        self,
+        conversation: Conversation,
+        save: Callable[[Conversation], object],
+        *,
+        flush_bytes: int = DEFAULT_FLUSH_BYTES,
+        max_event_bytes: int | None = None,
+    ) -> None:
+        self.conversation = conversation
+        self.save = save
+        self.flush_bytes = flush_bytes
+        self.max_event_bytes = max_event_bytes
+
+    def record(self, drafts: Iterable[Event], *, writer: Writer | None = None) -> ResponseOutcome:
+        """Record a response's drafts (the first is its ResponseStarted) and commit them.
+
+        Raises DecodeError when the drafts hold no response (nothing written) and
+        ResponseConflict when its id is stored with other content (nothing written).
+        """
+        drafts = iter(drafts)
+        started = next(drafts, None)
+        if not isinstance(started, ResponseStarted):
+            raise DecodeError("the input holds no response: it ends before the response starts")
+        response_id = started.response_id
+        digest = ContentDigest()
+        digest.add(started)
+        stored_digest = self.conversation.state.responses.get(response_id)
+        if stored_digest is not None:
+            return _compare(response_id, stored_digest, digest, drafts)
+        self.conversation.record(msgspec.structs.replace(started, writer=writer))
+        count_before = self.conversation.version - 1
+        try:
+            end = self._record_blocks(drafts, digest, response_id)
+        except ConvstoreError as error:  # the decoder failed mid-stream: keep what arrived
+            end = ResponseEnded(
+                response_id=response_id,
+                state="failed",
+                finish_reason="error",
+                error=ErrorInfo(type=type(error).__name__, message=str(error)),
+            )
+        self.conversation.record(msgspec.structs.replace(end, digest=digest.hexdigest()))
+        self.save(self.conversation)
+        return ResponseOutcome(
+            response_id=response_id,
+            ended=end.state,
+            events=self.conversation.version - count_before,
+        )
+
+    def _record_blocks(
+        self, drafts: Iterator[Event], digest: ContentDigest, response_id: ResponseId
+    ) -> ResponseEnded:
+        pending_bytes = 0
+        for draft in drafts:
+            if isinstance(draft, ResponseEnded):
+                return draft
+            size = len(_encode(draft))
+            if self.max_event_bytes is not None and size + ENVELOPE_BYTES > self.max_event_bytes:
+                return ResponseEnded(
+                    response_id=response_id,
+                    state="failed",
+                    finish_reason="error",
+                    stop_reason="too_large",
+                    error=ErrorInfo(
+                        type="too_large",
+                        message=(
+                            f"a {type(draft).__name__} of {size} bytes exceeds "
+                            f"limits.max_event_bytes = {self.max_event_bytes}"
+                        ),
+                    ),
+                )
+            digest.add(draft)
+            self.conversation.record(draft)
+            pending_bytes += size
+            if pending_bytes >= self.flush_bytes:
+                self.save(self.conversation)
+                pending_bytes = 0
+        return ResponseEnded(response_id=response_id, state="abandoned", stop_reason="stream_ended")
+
+
+def _compare(
+    response_id: ResponseId, stored_digest: str, digest: ContentDigest, rest: Iterator[Event]
+) -> ResponseOutcome:
+    ended: EndState = "abandoned"
+    for draft in rest:
+        if isinstance(draft, ResponseEnded):
+            ended = draft.state
+            break
+        digest.add(draft)
+    if digest.hexdigest() != stored_digest:
+        raise ResponseConflict(
+            f"response {response_id!r} is already stored with different content; "
+            "nothing was written"
+        )
+    return ResponseOutcome(response_id=response_id, ended=ended, events=0, already_stored=True)
