@@ -1,0 +1,385 @@
+"""The command line end to end: `main([...])` in process and a fresh `python -m` process."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from convstore.adapters import cli, demo
+from convstore.adapters.render import Renderer
+from convstore.domain import (
+    ActivityId,
+    AssistantText,
+    Attribution,
+    CallId,
+    ConversationId,
+    Event,
+    HostedActivity,
+    ProviderPayload,
+    ResponseEnded,
+    ResponseId,
+    ResponseStarted,
+    Source,
+    ToolCallRequested,
+    ToolCallResponded,
+    TurnEnded,
+    TurnId,
+    TurnStarted,
+    UserMessage,
+)
+from convstore.storage import open_store
+
+# What the hostile conversation injects; none of it may reach a terminal.
+INJECTED = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+)
+OSC_TITLE = "\x1b]0;pwned\x07"
+HYPERLINK = "\x1b]8;;http://evil.example/\x1b\\click\x1b]8;;\x1b\\"
+CLEAR = "\x1b[2J\x1b[H"
+HOSTILE_TITLE = f"Report {OSC_TITLE}{HYPERLINK}"
+HOSTILE_TEXTS = {
+    "user": f"hello {CLEAR}world\rOVERWRITTEN \u202eevil\u202c \x9b31m",
+    "assistant": f"answer \x07\x1b[31mred\x1b[0m \u2066iso\u2069 {HYPERLINK}",
+    "tool": "result\x08\x08\x08 \x1bP1;2|secret\x1b\\ \x85 done",
+    "query": f"query {OSC_TITLE}",
+    "source_title": f"Title {CLEAR}",
+    "url": f"https://example.org/{OSC_TITLE}",
+}
+R1 = ResponseId("msg_hostile")
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'convstore.db'}"
+
+
+@pytest.fixture
+def demo_id(url: str) -> Iterator[ConversationId]:
+    with open_store(url) as store:
+        yield demo.build(store.service, Renderer(io.StringIO()))
+
+
+def hostile_drafts() -> list[Event]:
+    source = Source(kind="web", url=HOSTILE_TEXTS["url"], title=HOSTILE_TEXTS["source_title"])
+    payload = ProviderPayload.of("anthropic", "content_block", b'{"x":"\\u001b]0;t\\u0007"}')
+    return [
+        TurnStarted(turn_id=TurnId(f"t{CLEAR}")),
+        UserMessage(blocks=(HOSTILE_TEXTS["user"],)),
+        ResponseStarted(response_id=R1, provider="anthropic", model=f"m{OSC_TITLE}"),
+        HostedActivity(
+            activity_id=ActivityId("a1"),
+            name=f"web_search{CLEAR}",
+            state="started",
+            response_id=R1,
+            input={"query": HOSTILE_TEXTS["query"]},
+            payload=payload,
+        ),
+        AssistantText(
+            response_id=R1,
+            text=HOSTILE_TEXTS["assistant"],
+            attributions=(Attribution(source=source, excerpt=f"quote {HYPERLINK}"),),
+        ),
+        ToolCallRequested(
+            response_id=R1, call_id=CallId("c1"), name=f"f{OSC_TITLE}", arguments={"k": CLEAR}
+        ),
+        ResponseEnded(response_id=R1, state="completed", finish_reason="tool_use"),
+        ToolCallResponded(call_id=CallId("c1"), content=HOSTILE_TEXTS["tool"]),
+        TurnEnded(turn_id=TurnId(f"t{CLEAR}")),
+    ]
+
+
+@pytest.fixture
+def hostile(url: str) -> Iterator[tuple[ConversationId, list[Event]]]:
+    with open_store(url) as store:
+        conversation = store.service.start(HOSTILE_TITLE, [f"label{OSC_TITLE}"])
+        recorded = store.service.append(conversation, hostile_drafts())
+        yield conversation, recorded
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_process(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "convstore.adapters.cli", *argv],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+
+
+def payload_values(data: Any) -> list[Any]:
+    """Every `value` key anywhere in decoded JSON (payload values must never appear)."""
+    if isinstance(data, dict):
+        found = [data["value"]] if "value" in data else []
+        return found + [v for item in data.values() for v in payload_values(item)]
+    if isinstance(data, list):
+        return [v for item in data for v in payload_values(item)]
+    return []
+
+
+# --- list -------------------------------------------------------------------------------------
+
+
+def test_list_prints_one_line_per_conversation(
+    capsys: pytest.CaptureFixture[str], url: str, demo_id: ConversationId
+) -> None:
+    with open_store(url) as store:
+        second = store.service.start("Second\nconversation")
+    code, out, err = run(capsys, "--db", url, "list")
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith(str(demo_id))
+    assert lines[0].endswith("  15  Matcha in Uji")
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", lines[0])
+    assert lines[1].startswith(str(second)) and lines[1].endswith("  1  Second conversation")
+
+
+def test_list_pages_with_offset_and_limit(capsys: pytest.CaptureFixture[str], url: str) -> None:
+    with open_store(url) as store:
+        ids = [store.service.start(f"c{n}") for n in range(5)]
+    code, out, _ = run(capsys, "--db", url, "list", "--offset", "1", "--limit", "2")
+    assert code == 0
+    assert [line.split()[0] for line in out.splitlines()] == [str(i) for i in ids[1:3]]
+
+
+def test_list_json_shape(
+    capsys: pytest.CaptureFixture[str], url: str, demo_id: ConversationId
+) -> None:
+    code, out, _ = run(capsys, "list", "--json", "--db", url)  # --db after the command too
+    assert code == 0
+    [summary] = json.loads(out)
+    assert summary == {
+        "id": str(demo_id),
+        "title": "Matcha in Uji",
+        "labels": ["demo", "web-search"],
+        "created_on": summary["created_on"],
+        "events": 15,
+    }
+    assert summary["created_on"].endswith("+00:00")
+
+
+def test_db_defaults_to_the_environment(
+    capsys: pytest.CaptureFixture[str],
+    url: str,
+    demo_id: ConversationId,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CONVSTORE_URL", url)
+    code, out, _ = run(capsys, "list")
+    assert code == 0 and out.startswith(str(demo_id))
+
+
+def test_empty_store_lists_nothing(capsys: pytest.CaptureFixture[str], url: str) -> None:
+    assert run(capsys, "--db", url, "list") == (0, "", "")
+    assert run(capsys, "--db", url, "list", "--json") == (0, "[\n]\n", "")
+
+
+# --- show -------------------------------------------------------------------------------------
+
+
+def test_show_renders_the_transcript(
+    capsys: pytest.CaptureFixture[str], url: str, demo_id: ConversationId
+) -> None:
+    code, out, err = run(capsys, "--db", url, "show", str(demo_id))
+    assert (code, err) == (0, "")
+    for expected in [
+        f"conversation {demo_id} — Matcha in Uji",
+        "turn turn_1 (user)",
+        f"  user: {demo.QUESTION}",
+        "reasoning: The user wants cafés in Uji",
+        f'web search: "{demo.QUERY}" — started',
+        f'web search: "{demo.QUERY}" — completed: 3 results',
+        f"[1] {demo.TITLE} — {demo.URL}",
+        'tool call get_weather (toolu_01DemoGetWeather): {"location":"Uji, Kyoto"}',
+        "tool result (toolu_01DemoGetWeather): Tomorrow: 14 °C, light rain (70 %)",
+        "response ended: completed · stop (provider: end_turn)",
+        "turn turn_1 ended: completed",
+    ]:
+        assert expected in out
+    for opaque in ("signature", "encrypted_content", "encrypted_index", demo._opaque("index")):
+        assert opaque not in out
+
+
+def test_show_json_lists_events_without_payload_values(
+    capsys: pytest.CaptureFixture[str], url: str, demo_id: ConversationId
+) -> None:
+    code, out, _ = run(capsys, "--db", url, "show", str(demo_id), "--json")
+    assert code == 0
+    events = json.loads(out)
+    assert [e["type"] for e in events] == [
+        "Started",
+        "TurnStarted",
+        "UserMessage",
+        "ResponseStarted",
+        "Reasoning",
+        "HostedActivity",
+        "HostedActivity",
+        "AssistantText",
+        "ToolCallRequested",
+        "ResponseEnded",
+        "ToolCallResponded",
+        "ResponseStarted",
+        "AssistantText",
+        "ResponseEnded",
+        "TurnEnded",
+    ]
+    assert [e["originator_version"] for e in events] == list(range(1, 16))
+    assert all(e["originator_id"] == str(demo_id) and e["hash"] for e in events)
+    assert payload_values(events) == []
+    with open_store(url) as store:
+        stored = list(store.service.events(demo_id))
+    reasoning = stored[4].payload  # type: ignore[attr-defined]
+    assert events[4]["payload"] == {
+        "provider": "anthropic",
+        "format": "content_block",
+        "version": "",
+        "size": len(reasoning.raw),
+    }
+    replay = events[7]["attributions"][0]["replay"]
+    assert set(replay) == {"provider", "format", "version", "size"}
+    assert demo._opaque("signature") not in out
+
+
+# --- hostile content --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["show", "{id}"], ["show", "{id}", "--json"], ["list"], ["list", "--json"]],
+    ids=["show", "show-json", "list", "list-json"],
+)
+def test_hostile_content_never_reaches_the_terminal(
+    capsys: pytest.CaptureFixture[str],
+    url: str,
+    hostile: tuple[ConversationId, list[Event]],
+    argv: list[str],
+) -> None:
+    conversation, recorded = hostile
+    code, out, err = run(capsys, "--db", url, *(a.format(id=conversation) for a in argv))
+    assert code == 0 and err == ""
+    assert INJECTED.findall(out) == []
+    assert "pwned" in out or "json" not in argv  # the text is shown, made inert
+    # The stored bytes are unchanged: every hostile text reads back exactly as written.
+    with open_store(url) as store:
+        stored = list(store.service.events(conversation))
+    assert stored[1:] == recorded
+    assert stored[0].title == HOSTILE_TITLE  # type: ignore[attr-defined]
+    assert stored[2].blocks == (HOSTILE_TEXTS["user"],)  # type: ignore[attr-defined]
+    assert stored[5].text == HOSTILE_TEXTS["assistant"]  # type: ignore[attr-defined]
+    assert stored[8].content == HOSTILE_TEXTS["tool"]  # type: ignore[attr-defined]
+
+
+def test_hostile_json_round_trips_to_the_stored_text(
+    capsys: pytest.CaptureFixture[str], url: str, hostile: tuple[ConversationId, list[Event]]
+) -> None:
+    conversation, _ = hostile
+    _, out, _ = run(capsys, "--db", url, "show", str(conversation), "--json")
+    events = json.loads(out)
+    assert events[0]["title"] == HOSTILE_TITLE
+    assert events[5]["text"] == HOSTILE_TEXTS["assistant"]
+    assert events[5]["attributions"][0]["source"]["url"] == HOSTILE_TEXTS["url"]
+
+
+def test_hostile_show_in_a_fresh_process(
+    url: str, hostile: tuple[ConversationId, list[Event]]
+) -> None:
+    conversation, _ = hostile
+    done = run_process("--db", url, "show", str(conversation))
+    assert done.returncode == 0, done.stderr
+    assert INJECTED.findall(done.stdout + done.stderr) == []
+    assert "hello ␛␛world␍OVERWRITTEN \ufffdevil\ufffd ␛" in done.stdout
+
+
+# --- errors -----------------------------------------------------------------------------------
+
+
+def one_error_line(err: str) -> str:
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def test_unknown_id_exits_2_with_one_line(capsys: pytest.CaptureFixture[str], url: str) -> None:
+    unknown = "00000000-0000-4000-8000-000000000000"
+    code, out, err = run(capsys, "--db", url, "show", unknown)
+    assert (code, out) == (2, "")
+    line = one_error_line(err)
+    assert line.startswith("convstore: error: ") and unknown in line
+
+
+@pytest.mark.parametrize("bad", ["not-a-uuid", f"x{OSC_TITLE}\u202e\n2nd line"])
+def test_malformed_id_exits_2_with_one_sanitized_line(
+    capsys: pytest.CaptureFixture[str], url: str, bad: str
+) -> None:
+    code, out, err = run(capsys, "--db", url, "show", bad)
+    assert (code, out) == (2, "")
+    assert one_error_line(err).startswith("convstore: error: ")
+    assert INJECTED.findall(err) == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["bogus\x1b]0;t\x07"], ["list", "--limit", "0"], ["list", "--offset", "-1"], ["show"]],
+)
+def test_usage_errors_exit_2_sanitized(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    code, out, err = run(capsys, *argv)
+    assert (code, out) == (2, "")
+    assert err.startswith("usage: convstore")
+    assert INJECTED.findall(err) == []
+
+
+def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--help")
+    assert code == 0 and "list" in out and "show" in out
+
+
+def test_unexpected_errors_exit_1_with_a_short_sanitized_line(
+    capsys: pytest.CaptureFixture[str], url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(args: Any, session: cli.Session) -> int:
+        raise RuntimeError(f"boom {OSC_TITLE}\nsecond line")
+
+    monkeypatch.setitem(cli.COMMANDS, "list", cli.Command("list", "", lambda p: None, broken))
+    code, out, err = run(capsys, "--db", url, "list")
+    assert (code, out) == (1, "")
+    line = one_error_line(err)
+    assert line == "convstore: internal error: RuntimeError: boom ␛ second line"
+
+
+def test_errors_in_a_fresh_process(url: str) -> None:
+    done = run_process("--db", url, "show", "00000000-0000-4000-8000-000000000000")
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert one_error_line(done.stderr).startswith("convstore: error: ")
+    done = run_process("--db", url, "show", f"\x1b]0;{OSC_TITLE}")
+    assert done.returncode == 2
+    assert INJECTED.findall(done.stderr) == []
+
+
+# --- the demo ---------------------------------------------------------------------------------
+
+
+def test_demo_builds_a_store_and_reads_it_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert demo.main([str(tmp_path / "demo")]) == 0
+    out = capsys.readouterr().out
+    assert (tmp_path / "demo" / "convstore.db").exists()
+    assert "$ convstore --db sqlite:///" in out
+    assert "  Matcha in Uji" in out
+    assert '  web search: "Uji matcha cafés 宇治抹茶" — completed: 3 results' in out
