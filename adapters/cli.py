@@ -188,7 +188,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exit_:  # usage errors (2) and --help (0), already printed
-        return exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None) * 2
+        status = exit_.code
+        return status if isinstance(status, int) else (0 if status is None else 2)
     session = Session(args.db or os.environ.get(ENV_URL) or None, out, err)
     try:
         code: int = args.run(args, session)
