@@ -54,9 +54,16 @@ def _originator(key: bytes | str) -> UUID | str:
 class SQLiteRecorder(ConversationRecorder):
     """Conversation events, snapshots and tracking records in one SQLite file."""
 
-    def __init__(self, path: Path | str, *, synchronous: str = "FULL") -> None:
+    def __init__(
+        self,
+        path: Path | str,
+        *,
+        synchronous: str = "FULL",
+        busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+    ) -> None:
         self.path = str(path)
         self.synchronous = synchronous
+        self.busy_timeout_ms = busy_timeout_ms
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._guard = threading.Lock()
@@ -80,9 +87,9 @@ class SQLiteRecorder(ConversationRecorder):
                 self.path,
                 isolation_level=None,
                 check_same_thread=False,
-                timeout=BUSY_TIMEOUT_MS / 1000,
+                timeout=self.busy_timeout_ms / 1000,
             )
-            connection.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            connection.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_ms)}")
             connection.execute(f"PRAGMA synchronous={self.synchronous}")
             self._local.connection = connection
             with self._guard:

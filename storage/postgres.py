@@ -1,0 +1,452 @@
+"""The server backend: PostgreSQL through psycopg 3, the same tables as SQLite in one schema.
+
+Notification ids never interleave. Every append runs in one server-side function,
+`append_events_v1`, whose first act is `LOCK TABLE events IN EXCLUSIVE MODE` — what
+eventsourcing's own PostgreSQL recorder does. The lock serializes writers (readers are not
+blocked: SELECT takes ACCESS SHARE), so a transaction draws all its ids from the identity
+sequence and commits before the next writer draws any: ids are issued in commit order and
+a follower reading `id > n` can never later find a committed event below an id it has
+seen. A rolled-back append leaves a gap (sequences do not roll back); the follower skips
+it, as nothing will ever fill it. The price is one writer at a time per schema, which a
+conversation store's append rate allows; writes shard by conversation across schemas or
+databases past that.
+
+The write path is one round trip: the function takes the batch as arrays, inserts it with
+`unnest` and returns the ids, also replacing a snapshot and advancing a tracking record in
+the same implicit transaction, and notifies listeners (`subscribe`). Each thread has its
+own autocommit connection; a broken connection is replaced on the next call. Waiting for
+the lock is bounded by `lock_timeout`, after which a typed `OperationalError` is raised.
+
+Tracking keeps one row per projection (its newest position), advanced by an upsert that
+refuses a repeated or lower position atomically, as eventsourcing's recorder does.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from eventsourcing.persistence import (
+    ListenNotifySubscription,
+    Notification,
+    StoredEvent,
+    Subscription,
+    Tracking,
+)
+from psycopg import sql
+
+from convstore.storage.errors import DataError, IntegrityError, ProgrammingError, translating
+from convstore.storage.recorder import ConversationRecorder, FirstEvent, SnapshotRecord
+
+LOCK_TIMEOUT_MS = 5000
+"""How long a writer waits for another's lock before a typed OperationalError."""
+
+_APPEND = "append_events_v1"
+"""The append function; a changed body gets a new name, so old and new never mix."""
+
+_SCHEMA = (
+    "CREATE SCHEMA IF NOT EXISTS {s}",
+    "CREATE TABLE IF NOT EXISTS {s}.topics ("
+    " id integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY, topic text NOT NULL UNIQUE)",
+    "CREATE TABLE IF NOT EXISTS {s}.events ("
+    " id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
+    " originator_id uuid NOT NULL,"
+    " originator_version bigint NOT NULL,"
+    " topic integer NOT NULL,"
+    " state bytea NOT NULL,"
+    " UNIQUE (originator_id, originator_version))",
+    "CREATE INDEX IF NOT EXISTS events_first ON {s}.events (id) WHERE originator_version = 1",
+    "CREATE TABLE IF NOT EXISTS {s}.snapshots ("
+    " originator_id uuid PRIMARY KEY, version bigint NOT NULL, state bytea NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS {s}.tracking ("
+    " application_name text PRIMARY KEY, notification_id bigint NOT NULL)",
+    "CREATE OR REPLACE FUNCTION {s}.{append}("
+    " p_ids uuid[], p_versions bigint[], p_topics integer[], p_states bytea[],"
+    " p_snapshot_id uuid, p_snapshot_version bigint, p_snapshot_state bytea,"
+    " p_tracking_name text, p_tracking_id bigint)"
+    " RETURNS SETOF bigint LANGUAGE plpgsql AS $$\n"
+    "BEGIN\n"
+    # Taken first, so every writer queues here before holding any other lock.
+    "  LOCK TABLE {s}.events IN EXCLUSIVE MODE;\n"
+    "  PERFORM pg_notify({channel}, '');\n"
+    "  RETURN QUERY INSERT INTO {s}.events (originator_id, originator_version, topic, state)\n"
+    "    SELECT * FROM unnest(p_ids, p_versions, p_topics, p_states) RETURNING id;\n"
+    "  IF p_snapshot_id IS NOT NULL THEN\n"
+    "    INSERT INTO {s}.snapshots VALUES (p_snapshot_id, p_snapshot_version, p_snapshot_state)\n"
+    "    ON CONFLICT (originator_id) DO UPDATE\n"
+    "    SET version = EXCLUDED.version, state = EXCLUDED.state;\n"
+    "  END IF;\n"
+    "  IF p_tracking_name IS NOT NULL THEN\n"
+    "    INSERT INTO {s}.tracking VALUES (p_tracking_name, p_tracking_id)\n"
+    "    ON CONFLICT (application_name) DO UPDATE SET notification_id = EXCLUDED.notification_id\n"
+    "    WHERE tracking.notification_id < EXCLUDED.notification_id;\n"
+    "    IF NOT FOUND THEN\n"
+    "      RAISE unique_violation USING MESSAGE = format('%s already processed a'\n"
+    "        ' notification at or after %s', p_tracking_name, p_tracking_id);\n"
+    "    END IF;\n"
+    "  END IF;\n"
+    "END\n"
+    "$$",
+)
+
+_ROW = tuple[Any, ...]
+Connection = psycopg.Connection[_ROW]
+
+
+def _uuid(originator_id: UUID | str) -> UUID:
+    if isinstance(originator_id, UUID):
+        return originator_id
+    try:
+        return UUID(originator_id)
+    except ValueError:
+        raise DataError(f"originator id {originator_id!r} is not a UUID") from None
+
+
+class PostgresRecorder(ConversationRecorder):
+    """Conversation events, snapshots and tracking records in one PostgreSQL schema."""
+
+    def __init__(
+        self, dsn: str, *, schema: str = "public", lock_timeout_ms: int = LOCK_TIMEOUT_MS
+    ) -> None:
+        self.dsn = dsn
+        self.schema = schema
+        self.lock_timeout_ms = lock_timeout_ms
+        self.channel = f"{schema}_events"[:63]
+        """The LISTEN/NOTIFY channel appends signal (channels are per database)."""
+        self._local = threading.local()
+        self._connections: list[Connection] = []
+        self._guard = threading.Lock()
+        self._topic_ids: dict[str, int] = {}
+        self._topics: dict[int, str] = {}
+        s = sql.Identifier(schema)
+        self._sql = {
+            name: sql.SQL(text).format(s=s)
+            for name, text in _STATEMENTS.items()  # schema-qualified, composed once
+        }
+        self._sql["append"] = sql.SQL(
+            "SELECT * FROM {s}.{append}(%b::uuid[], %b::bigint[], %b::integer[], %b::bytea[],"
+            " %b::uuid, %b::bigint, %b::bytea, %b::text, %b::bigint)"
+        ).format(s=s, append=sql.Identifier(_APPEND))
+        self._create_tables()
+
+    # --- connections ------------------------------------------------------------------------
+
+    def _connect(self) -> Connection:
+        connection = psycopg.connect(self.dsn, autocommit=True)
+        connection.execute(
+            sql.SQL("SET lock_timeout = {}").format(sql.Literal(f"{self.lock_timeout_ms}ms"))
+        )
+        return connection
+
+    def _connection(self) -> Connection:
+        connection: Connection | None = getattr(self._local, "connection", None)
+        if connection is None or connection.closed:
+            connection = self._connect()
+            self._local.connection = connection
+            with self._guard:
+                self._connections.append(connection)
+        return connection
+
+    @contextmanager
+    def _using(self) -> Iterator[Connection]:
+        """This thread's connection, with driver errors translated; a broken one is dropped."""
+        with translating():
+            connection = self._connection()
+            try:
+                yield connection
+            finally:
+                if connection.closed:
+                    self._local.connection = None
+                    with self._guard:
+                        if connection in self._connections:
+                            self._connections.remove(connection)
+
+    def _create_tables(self) -> None:
+        with self._using() as connection:
+            row = connection.execute(
+                "SELECT to_regprocedure(%s) IS NOT NULL", (_signature(self.schema),)
+            ).fetchone()
+            if row is not None and row[0]:
+                return  # created by an earlier open: no DDL, so no locks taken
+            s, channel = sql.Identifier(self.schema), sql.Literal(self.channel)
+            with connection.transaction():
+                # Concurrent CREATE … IF NOT EXISTS can still collide in the catalogs.
+                connection.execute(
+                    "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"convstore {self.schema}",)
+                )
+                for statement in _SCHEMA:
+                    connection.execute(
+                        sql.SQL(statement).format(
+                            s=s, channel=channel, append=sql.Identifier(_APPEND)
+                        )
+                    )
+
+    def close(self) -> None:
+        """Close every thread's connection."""
+        with self._guard:
+            for connection in self._connections:
+                connection.close()
+            self._connections.clear()
+        self._local = threading.local()
+
+    def drop_schema(self) -> None:
+        """Drop the schema with everything in it, then close (for tests; never `public`)."""
+        if self.schema == "public":
+            raise ProgrammingError("refusing to drop the public schema")
+        with self._using() as connection:
+            connection.execute(
+                sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema))
+            )
+        self.close()
+
+    # --- topics -----------------------------------------------------------------------------
+
+    def _topic_ids_for(self, connection: Connection, topics: Sequence[str]) -> list[int]:
+        # New topics are committed on their own, before the events' transaction, so a
+        # rolled-back append never leaves the cache naming a topic row that does not exist.
+        ids = self._topic_ids
+        for topic in set(topics) - ids.keys():
+            connection.execute(self._sql["insert_topic"], (topic,))
+            row = connection.execute(self._sql["topic_id"], (topic,)).fetchone()
+            assert row is not None  # committed just above
+            ids[topic] = int(row[0])
+            self._topics[int(row[0])] = topic
+        return [ids[t] for t in topics]
+
+    def _topic(self, connection: Connection, topic_id: int) -> str:
+        topic = self._topics.get(topic_id)
+        if topic is None:
+            row = connection.execute(self._sql["topic"], (topic_id,)).fetchone()
+            if row is None:
+                raise ProgrammingError(f"no topic with id {topic_id}")
+            topic = str(row[0])
+            self._topics[topic_id] = topic
+            self._topic_ids[topic] = topic_id
+        return topic
+
+    # --- writing ----------------------------------------------------------------------------
+
+    def append(
+        self, stored_events: Sequence[StoredEvent], snapshot: SnapshotRecord | None = None
+    ) -> list[int]:
+        """Insert events (and replace a snapshot) in one transaction."""
+        return self._append(stored_events, snapshot, None)
+
+    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> list[int]:
+        """eventsourcing's insert: events, and a `tracking` record if given, atomically."""
+        return self._append(stored_events, None, kwargs.get("tracking"))
+
+    def _append(
+        self,
+        stored_events: Sequence[StoredEvent],
+        snapshot: SnapshotRecord | None,
+        tracking: Tracking | None,
+    ) -> list[int]:
+        if not stored_events:
+            if tracking is not None:
+                self.insert_tracking(tracking)
+            return []
+        with self._using() as connection:
+            topics = self._topic_ids_for(connection, [s.topic for s in stored_events])
+            rows = connection.execute(
+                self._sql["append"],
+                (
+                    [_uuid(s.originator_id) for s in stored_events],
+                    [s.originator_version for s in stored_events],
+                    topics,
+                    [s.state for s in stored_events],
+                    None if snapshot is None else snapshot.originator_id,
+                    None if snapshot is None else snapshot.version,
+                    None if snapshot is None else snapshot.state,
+                    None if tracking is None else tracking.application_name,
+                    None if tracking is None else tracking.notification_id,
+                ),
+            ).fetchall()
+        return sorted(row[0] for row in rows)
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def select_states(self, originator_id: UUID, *, gt: int = 0) -> list[tuple[int, bytes]]:
+        """(version, bytes) of one conversation's events after `gt`."""
+        with self._using() as connection:
+            cursor = connection.cursor(binary=True)
+            return cursor.execute(self._sql["states"], (originator_id, gt)).fetchall()
+
+    def select_snapshot(self, originator_id: UUID) -> SnapshotRecord | None:
+        """The conversation's snapshot, if one was taken."""
+        with self._using() as connection:
+            cursor = connection.cursor(binary=True)
+            row = cursor.execute(self._sql["snapshot"], (originator_id,)).fetchone()
+        return None if row is None else SnapshotRecord(originator_id, row[0], row[1])
+
+    def select_first_events(self, *, offset: int = 0, limit: int = 50) -> list[FirstEvent]:
+        """First events in start order, with each conversation's event count."""
+        with self._using() as connection:
+            cursor = connection.cursor(binary=True)
+            rows = cursor.execute(self._sql["first_events"], (limit, offset)).fetchall()
+        return [FirstEvent(key, state, count) for key, state, count in rows]
+
+    def select_events(
+        self,
+        originator_id: UUID | str,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> list[StoredEvent]:
+        """eventsourcing's select."""
+        query = sql.SQL(
+            "SELECT originator_version, topic, state FROM {}.events WHERE originator_id = %s"
+        ).format(sql.Identifier(self.schema))
+        params: list[Any] = [_uuid(originator_id)]
+        if gt is not None:
+            query += sql.SQL(" AND originator_version > %s")
+            params.append(gt)
+        if lte is not None:
+            query += sql.SQL(" AND originator_version <= %s")
+            params.append(lte)
+        query += sql.SQL(" ORDER BY originator_version" + (" DESC" if desc else ""))
+        if limit is not None:
+            query += sql.SQL(" LIMIT %s")
+            params.append(limit)
+        with self._using() as connection:
+            rows = connection.cursor(binary=True).execute(query, params).fetchall()
+            return [
+                StoredEvent(originator_id, version, self._topic(connection, topic), state)
+                for version, topic, state in rows
+            ]
+
+    def select_notifications(
+        self,
+        start: int | None,
+        limit: int,
+        stop: int | None = None,
+        topics: Sequence[str] = (),
+        *,
+        inclusive_of_start: bool = True,
+    ) -> list[Notification]:
+        """Events in notification order from `start`, at most `limit`."""
+        query = sql.SQL(
+            "SELECT id, originator_id, originator_version, topic, state FROM {}.events"
+        ).format(sql.Identifier(self.schema))
+        clauses: list[sql.Composable] = []
+        params: list[Any] = []
+        if start is not None:
+            clauses.append(sql.SQL("id >= %s" if inclusive_of_start else "id > %s"))
+            params.append(start)
+        if stop is not None:
+            clauses.append(sql.SQL("id <= %s"))
+            params.append(stop)
+        with self._using() as connection:
+            if topics:
+                rows = connection.execute(self._sql["topic_ids"], (list(topics),)).fetchall()
+                if not rows:
+                    return []
+                clauses.append(sql.SQL("topic = ANY(%s)"))
+                params.append([row[0] for row in rows])
+            if clauses:
+                query += sql.SQL(" WHERE ") + sql.SQL(" AND ").join(clauses)
+            query += sql.SQL(" ORDER BY id LIMIT %s")
+            params.append(limit)
+            rows = connection.cursor(binary=True).execute(query, params).fetchall()
+            return [
+                Notification(
+                    id=nid,
+                    originator_id=key,
+                    originator_version=version,
+                    topic=self._topic(connection, topic),
+                    state=state,
+                )
+                for nid, key, version, topic, state in rows
+            ]
+
+    def max_notification_id(self) -> int | None:
+        """The newest notification id, or None for an empty store."""
+        with self._using() as connection:
+            row = connection.execute(self._sql["max_id"]).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    def subscribe(self, gt: int | None = None, topics: Sequence[str] = ()) -> Subscription[Any]:
+        """Notifications after `gt` as they are committed (LISTEN/NOTIFY wakes the reader)."""
+        return PostgresSubscription(self, gt=gt, topics=topics)
+
+    # --- tracking ---------------------------------------------------------------------------
+
+    def insert_tracking(self, tracking: Tracking) -> None:
+        """Record that `tracking.notification_id` was processed; a repeat or lower is refused."""
+        with self._using() as connection:
+            row = connection.execute(
+                self._sql["track"], (tracking.application_name, tracking.notification_id)
+            ).fetchone()
+        if row is None:
+            raise IntegrityError(
+                f"{tracking.application_name!r} already processed a notification at or "
+                f"after {tracking.notification_id}"
+            )
+
+    def max_tracking_id(self, application_name: str) -> int | None:
+        """The newest processed notification id of a projection."""
+        with self._using() as connection:
+            row = connection.execute(self._sql["tracked"], (application_name,)).fetchone()
+        return None if row is None else int(row[0])
+
+
+_STATEMENTS = {
+    "insert_topic": "INSERT INTO {s}.topics (topic) VALUES (%s) ON CONFLICT (topic) DO NOTHING",
+    "topic_id": "SELECT id FROM {s}.topics WHERE topic = %s",
+    "topic": "SELECT topic FROM {s}.topics WHERE id = %s",
+    "topic_ids": "SELECT id FROM {s}.topics WHERE topic = ANY(%s)",
+    "states": "SELECT originator_version, state FROM {s}.events"
+    " WHERE originator_id = %s AND originator_version > %s ORDER BY originator_version",
+    "snapshot": "SELECT version, state FROM {s}.snapshots WHERE originator_id = %s",
+    "first_events": "SELECT f.originator_id, f.state,"
+    " (SELECT max(e.originator_version) FROM {s}.events e WHERE e.originator_id = f.originator_id)"
+    " FROM {s}.events f WHERE f.originator_version = 1 ORDER BY f.id LIMIT %s OFFSET %s",
+    "max_id": "SELECT max(id) FROM {s}.events",
+    "track": "INSERT INTO {s}.tracking VALUES (%s, %s) ON CONFLICT (application_name)"
+    " DO UPDATE SET notification_id = EXCLUDED.notification_id"
+    " WHERE tracking.notification_id < EXCLUDED.notification_id RETURNING notification_id",
+    "tracked": "SELECT notification_id FROM {s}.tracking WHERE application_name = %s",
+}
+
+
+def _signature(schema: str) -> str:
+    """The append function's signature, for `to_regprocedure`."""
+    quoted = '"' + schema.replace('"', '""') + '"'
+    return f"{quoted}.{_APPEND}(uuid[],bigint[],integer[],bytea[],uuid,bigint,bytea,text,bigint)"
+
+
+class PostgresSubscription(ListenNotifySubscription[PostgresRecorder]):
+    """eventsourcing's pull-on-notify subscription, woken by the append function's NOTIFY."""
+
+    def __init__(
+        self, recorder: PostgresRecorder, gt: int | None = None, topics: Sequence[str] = ()
+    ) -> None:
+        super().__init__(recorder=recorder, gt=gt, topics=topics)
+        self._listen_thread = threading.Thread(target=self._listen, daemon=True)
+        self._listen_thread.start()
+
+    def __exit__(self, *args: object, **kwargs: Any) -> None:
+        try:
+            super().__exit__(*args, **kwargs)
+        finally:
+            self._listen_thread.join()
+
+    def _listen(self) -> None:
+        recorder = self._recorder
+        try:
+            with translating(), psycopg.connect(recorder.dsn, autocommit=True) as connection:
+                connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(recorder.channel)))
+                while not self._has_been_stopped and not self._thread_error:
+                    # A short timeout so a stop is noticed; the payload does not matter.
+                    for _ in connection.notifies(timeout=0.1, stop_after=1):
+                        self._has_been_notified.set()
+        except BaseException as error:
+            if self._thread_error is None:
+                self._thread_error = error
+            self.stop()
