@@ -1,0 +1,307 @@
+"""Server-Sent Events framing, shared by every provider adapter.
+
+Bytes in, `SSEEvent`s out, following the WHATWG `text/event-stream` parsing rules
+(https://html.spec.whatwg.org/multipage/server-sent-events.html#event-stream-interpretation).
+Framing only: this module knows nothing about JSON or providers; each provider's decoder
+reads `SSEEvent.data`.
+
+Where we depart from the browser's reading, on purpose:
+
+- Invalid UTF-8 raises `SSEDecodeError` (with its byte offset) instead of becoming
+  U+FFFD: a recorder must not store text the provider never sent.
+- End of stream: the spec discards an event that no blank line closed. We are a
+  recorder, so `SSEFramer.close()` still delivers it when it has a data line, with
+  `complete=False`, and sets `SSEFramer.ended_mid_event`. An unterminated last line
+  counts as a line; a multi-byte character cut by the end of the stream is dropped.
+- Memory is bounded: the framer holds only the line being received and the current
+  event's fields. When the current event's data (UTF-8 bytes of its `data` values) plus
+  the line being received exceed `max_event_bytes`, it raises `SSEDecodeError` instead
+  of growing without bound.
+
+As in the spec: a block with no `data` line is not dispatched (an `event:`-only block
+included); `id` is the last event ID, which persists across events until an `id:` field
+changes it (None until the first one); `retry:` changes the stream's reconnection time,
+kept on the framer, and is also shown on the event whose block carried it.
+"""
+
+import codecs
+from collections.abc import Iterable, Iterator
+from typing import Final
+
+import msgspec
+
+__all__ = ["DEFAULT_MAX_EVENT_BYTES", "SSEDecodeError", "SSEEvent", "SSEFramer", "iter_events"]
+
+DEFAULT_MAX_EVENT_BYTES: Final = 64 * 1024 * 1024
+"""The default cap on one event's size (DESIGN.md: `limits.max_event_bytes`)."""
+
+_BOM: Final = "\ufeff"
+_CR: Final = 13
+_LF: Final = 10
+
+
+class SSEDecodeError(ValueError):
+    """A byte stream that is not a readable event stream: bad UTF-8 or an oversized event."""
+
+
+class SSEEvent(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """One dispatched event."""
+
+    data: str
+    """The event's `data` lines joined with "\\n"."""
+    event: str | None = None
+    """The `event:` name; None when absent or empty (the spec's default type, `message`)."""
+    id: str | None = None
+    """The last event ID at dispatch (it persists across events); None if none was sent."""
+    retry: int | None = None
+    """The reconnection time (ms) a `retry:` field in this event's block set, if any."""
+    complete: bool = True
+    """False for a final event the stream cut before its closing blank line."""
+
+
+class SSEFramer:
+    """Incremental event-stream framer: `feed` it bytes as they arrive, then `close` it.
+
+    After an `SSEDecodeError` the framer is spent: further calls raise `RuntimeError`.
+    """
+
+    __slots__ = (
+        "_at_start",
+        "_data",
+        "_event",
+        "_event_retry",
+        "_in_event",
+        "_offset",
+        "_size",
+        "_skip_lf",
+        "_spent",
+        "_tail",
+        "_tail_size",
+        "ended_mid_event",
+        "last_event_id",
+        "max_event_bytes",
+        "retry",
+    )
+
+    def __init__(self, *, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
+        if max_event_bytes <= 0:
+            raise ValueError(f"max_event_bytes must be positive, got {max_event_bytes}")
+        self.max_event_bytes = max_event_bytes
+        """The cap on one event's size in bytes."""
+        self.last_event_id: str | None = None
+        """The spec's last event ID buffer, as the latest `id:` field set it."""
+        self.retry: int | None = None
+        """The stream's reconnection time (ms), as the latest `retry:` field set it."""
+        self.ended_mid_event = False
+        """Set by `close()`: the stream stopped mid-line or inside an unfinished event."""
+        # Only the current incomplete line (as raw parts, joined once it ends, so a long
+        # line arriving in many small chunks costs linear time) and the current event.
+        self._tail: list[bytes] = []
+        self._tail_size = 0
+        self._offset = 0  # bytes received so far: error messages name absolute offsets
+        self._skip_lf = False  # the last chunk ended in CR: a leading LF completes CRLF
+        self._at_start = True  # a BOM is skipped only at the start of the stream
+        self._data: list[str] = []
+        self._event = ""
+        self._event_retry: int | None = None
+        self._size = 0
+        self._in_event = False  # a field line arrived since the last blank line
+        self._spent = ""
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        """Frame the next piece of the stream; return the events it completed."""
+        if self._spent:
+            raise RuntimeError(f"SSEFramer.feed() after {self._spent}")
+        size = len(chunk)
+        if self._skip_lf and size:
+            self._skip_lf = False
+            if chunk[0] == _LF:
+                self._offset += 1
+                chunk = chunk[1:]
+                size -= 1
+        # Line endings are ASCII and never occur inside a UTF-8 sequence, so everything up
+        # to the last CR or LF is whole lines of whole characters.
+        end = chunk.rfind(b"\n") + 1
+        if end != size:
+            cr = chunk.rfind(b"\r") + 1
+            if cr > end:
+                end = cr
+                # A CR that ends the chunk may be the first half of a CRLF.
+                self._skip_lf = cr == size
+        tail = self._tail
+        if not end:
+            if size:
+                tail.append(chunk)
+                self._tail_size += size
+                self._offset += size
+                if self._tail_size + self._size > self.max_event_bytes:
+                    raise self._too_large()
+            return []
+        start = self._offset - self._tail_size
+        self._offset += size
+        head = chunk if end == size else chunk[:end]
+        if tail:
+            tail.append(head)
+            head = b"".join(tail)
+        if end == size:
+            if tail:
+                self._tail = []
+                self._tail_size = 0
+        else:
+            self._tail = [chunk[end:]]
+            self._tail_size = size - end
+        try:
+            text = str(head, "utf-8")
+        except UnicodeDecodeError as exc:
+            raise self._bad_utf8(exc, start) from None
+        events = self._lines(text)
+        if self._tail_size and self._tail_size + self._size > self.max_event_bytes:
+            raise self._too_large()
+        return events
+
+    def close(self) -> list[SSEEvent]:
+        """Flush at end of input: return the cut final event, if any (`complete=False`).
+
+        Sets `ended_mid_event` when the stream did not end on an event boundary.
+        """
+        if self._spent:
+            if self._spent == "close()":
+                return []
+            raise RuntimeError(f"SSEFramer.close() after {self._spent}")
+        events: list[SSEEvent] = []
+        ended_mid_line = False
+        if self._tail:
+            raw = b"".join(self._tail)
+            start = self._offset - self._tail_size
+            self._tail = []
+            self._tail_size = 0
+            # Not final: a character cut by the end of the stream stays in the decoder and
+            # is dropped; any other bad byte still raises.
+            decoder = codecs.getincrementaldecoder("utf-8")()
+            try:
+                text = decoder.decode(raw)
+            except UnicodeDecodeError as exc:
+                raise self._bad_utf8(exc, start) from None
+            if self._at_start:
+                self._at_start = False
+                if text.startswith(_BOM):
+                    text = text[1:]
+            # A lone BOM is an empty stream, not a cut line.
+            ended_mid_line = bool(text) or bool(decoder.getstate()[0])
+            if text:  # the unterminated last line counts as a line
+                events = self._lines(text + "\n")
+        self.ended_mid_event = ended_mid_line or self._in_event
+        if self._data:
+            events.append(self._dispatch(complete=False))
+        self._spent = "close()"
+        return events
+
+    def _lines(self, text: str) -> list[SSEEvent]:
+        """Interpret `text`, whole lines (the spec's "process the field" and "dispatch")."""
+        if self._at_start:
+            self._at_start = False
+            if text.startswith(_BOM):
+                text = text[1:]
+        if "\r" in text:
+            # A CRLF split across chunks was handled in feed(): no text starts with its LF.
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        lines = text.split("\n")
+        lines.pop()  # the text ends with a line ending: the last piece is empty
+        events: list[SSEEvent] = []
+        # Locals in the loop: attribute access per line would dominate the cost.
+        data = self._data
+        event = self._event
+        retry = self._event_retry
+        size = self._size
+        in_event = self._in_event
+        for line in lines:
+            if line:
+                if line[:6] == "data: ":  # the common line, parsed without partition()
+                    value = line[6:]
+                else:
+                    name, _, value = line.partition(":")
+                    if value[:1] == " ":
+                        value = value[1:]
+                    if name != "data":
+                        if name == "event":
+                            event = value
+                            in_event = True
+                        elif name:  # an empty name is a comment line
+                            in_event = True
+                            retry = self._rare_field(name, value, retry)
+                        continue
+                # Only data lines accumulate; any other field holds one line at most.
+                in_event = True
+                # isascii() is O(1): only a line with non-ASCII text is encoded to count.
+                size += len(value) if value.isascii() else len(value.encode())
+                if size > self.max_event_bytes:
+                    raise self._too_large()
+                data.append(value)
+            elif in_event:
+                if data:
+                    events.append(
+                        SSEEvent(
+                            data=data[0] if len(data) == 1 else "\n".join(data),
+                            event=event or None,
+                            id=self.last_event_id,
+                            retry=retry,
+                        )
+                    )
+                    data = []
+                event = ""
+                retry = None
+                size = 0
+                in_event = False
+        self._data = data
+        self._event = event
+        self._event_retry = retry
+        self._size = size
+        self._in_event = in_event
+        return events
+
+    def _rare_field(self, name: str, value: str, retry: int | None) -> int | None:
+        """Process an `id`, `retry` or unknown field; return the event's retry value."""
+        if name == "id":
+            if "\0" not in value:
+                self.last_event_id = value
+        elif name == "retry" and value.isascii() and value.isdigit():
+            retry = self.retry = int(value)
+        return retry
+
+    def _dispatch(self, *, complete: bool) -> SSEEvent:
+        """Build the event from the pending fields and forget them."""
+        data = self._data
+        out = SSEEvent(
+            data="\n".join(data),
+            event=self._event or None,
+            id=self.last_event_id,
+            retry=self._event_retry,
+            complete=complete,
+        )
+        self._data = []
+        self._event = ""
+        self._event_retry = None
+        self._size = 0
+        self._in_event = False
+        return out
+
+    def _too_large(self) -> SSEDecodeError:
+        self._spent = "an SSEDecodeError"
+        return SSEDecodeError(f"event exceeds {self.max_event_bytes} bytes")
+
+    def _bad_utf8(self, exc: UnicodeDecodeError, start: int) -> SSEDecodeError:
+        self._spent = "an SSEDecodeError"
+        bad = exc.object[exc.start : exc.end].hex(" ")
+        return SSEDecodeError(
+            f"invalid UTF-8 at byte {start + exc.start} of the stream ({exc.reason}: {bad})"
+        )
+
+
+def iter_events(
+    chunks: Iterable[bytes], *, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+) -> Iterator[SSEEvent]:
+    """Frame a whole stream; a final event cut by the end of input has `complete=False`."""
+    framer = SSEFramer(max_event_bytes=max_event_bytes)
+    for chunk in chunks:
+        yield from framer.feed(chunk)
+    yield from framer.close()
