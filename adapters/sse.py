@@ -30,6 +30,8 @@ from typing import Final
 
 import msgspec
 
+from convstore.domain.errors import DecodeError
+
 __all__ = ["DEFAULT_MAX_EVENT_BYTES", "SSEDecodeError", "SSEEvent", "SSEFramer", "iter_events"]
 
 DEFAULT_MAX_EVENT_BYTES: Final = 64 * 1024 * 1024
@@ -40,7 +42,7 @@ _CR: Final = 13
 _LF: Final = 10
 
 
-class SSEDecodeError(ValueError):
+class SSEDecodeError(DecodeError):
     """A byte stream that is not a readable event stream: bad UTF-8 or an oversized event."""
 
 
