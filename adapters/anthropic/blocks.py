@@ -1,0 +1,373 @@
+"""Anthropic content blocks → domain drafts: the mapping tables.
+
+One `BlockMapper` per response turns each closed block (streamed and assembled, or
+sliced whole from a non-streamed body) into drafts, applying the partial-commit rules of
+DESIGN.md to blocks the stream cut: text keeps its citations so far, marked incomplete;
+reasoning loses its signature; a client tool call becomes a `partial` UnknownArtifact; a
+hosted call stays `started`. A block of a type not in the tables, or of a known type but
+an unexpected shape, becomes an UnknownArtifact: preserved, never a crash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+import msgspec
+
+from convstore.adapters.anthropic.context import PROVIDER, RequestContext
+from convstore.adapters.assembler import AssembledBlock
+from convstore.domain.events import (
+    AssistantText,
+    Event,
+    HostedActivity,
+    Reasoning,
+    ToolCallRequested,
+    UnknownArtifact,
+)
+from convstore.domain.vocabulary import (
+    ActivityId,
+    Attribution,
+    CallId,
+    Location,
+    ProviderPayload,
+    ResponseId,
+    Source,
+)
+
+__all__ = ["BlockMapper"]
+
+
+class _Malformed(Exception):
+    """A known block type with an unexpected shape: kept as an UnknownArtifact."""
+
+
+def _str(d: Mapping[str, Any], key: str) -> str | None:
+    value = d.get(key)
+    return value if isinstance(value, str) else None
+
+
+def _int(d: Mapping[str, Any], key: str) -> int | None:
+    value = d.get(key)
+    return value if type(value) is int else None
+
+
+def _need_str(d: Mapping[str, Any], key: str) -> str:
+    value = d.get(key)
+    if not isinstance(value, str) or not value:
+        raise _Malformed(key)
+    return value
+
+
+def _encode(value: Any) -> bytes:
+    return msgspec.json.encode(value)
+
+
+# --- citations -------------------------------------------------------------------------------
+
+
+def _location(c: Mapping[str, Any], unit: Any, start: str, end: str, doc: str) -> Location | None:
+    first, last = _int(c, start), _int(c, end)
+    if first is None or last is None:
+        return None
+    return Location(unit=unit, start=first, end=last, document_index=_int(c, doc))
+
+
+def _document(unit: str, start: str, end: str) -> Callable[[Mapping[str, Any]], Source]:
+    def source(c: Mapping[str, Any]) -> Source:
+        return Source(
+            kind="document",
+            title=_str(c, "document_title"),
+            id=_str(c, "file_id"),
+            location=_location(c, unit, start, end, "document_index"),
+        )
+
+    return source
+
+
+CITATION_SOURCES: Final[Mapping[str, Callable[[Mapping[str, Any]], Source]]] = {
+    "web_search_result_location": lambda c: Source(
+        kind="web", url=_str(c, "url"), title=_str(c, "title")
+    ),
+    "char_location": _document("char", "start_char_index", "end_char_index"),
+    "page_location": _document("page", "start_page_number", "end_page_number"),
+    "content_block_location": _document("block", "start_block_index", "end_block_index"),
+    "search_result_location": lambda c: Source(
+        kind="search_result",
+        url=_str(c, "source"),
+        title=_str(c, "title"),
+        location=_location(
+            c, "block", "start_block_index", "end_block_index", "search_result_index"
+        ),
+    ),
+}
+"""Citation type → the Source it points at. An unknown type keeps its replay value."""
+
+
+def _attribution(citation: Any) -> Attribution:
+    if isinstance(citation, msgspec.Raw):
+        raw = bytes(citation)
+        citation = msgspec.json.decode(raw)
+    else:
+        raw = _encode(citation)
+    replay = ProviderPayload(provider=PROVIDER, format="citation", value=msgspec.Raw(raw))
+    if not isinstance(citation, dict):
+        return Attribution(source=Source(kind="document"), replay=replay)
+    kind = citation.get("type")
+    to_source = CITATION_SOURCES.get(kind) if isinstance(kind, str) else None
+    source = (
+        to_source(citation)
+        if to_source is not None
+        else Source(kind="document", url=_str(citation, "url"), title=_str(citation, "title"))
+    )
+    return Attribution(source=source, excerpt=_str(citation, "cited_text"), replay=replay)
+
+
+# --- hosted activity: inputs and outcomes ----------------------------------------------------
+
+ACTIVITY_INPUTS: Final[Mapping[str, tuple[str, ...]]] = {
+    "web_search": ("query",),
+    "web_fetch": ("url",),
+    "code_execution": ("code",),
+    "bash_code_execution": ("command",),
+    "text_editor_code_execution": ("command", "path"),
+}
+"""Server tool name → the input fields its normalized input keeps (others: all of it)."""
+
+RESULT_NAMES: Final[Mapping[str, str]] = {"mcp_tool_result": "mcp"}
+"""Result block type → activity name, when its call is not in the same response (the
+default drops the `_tool_result` suffix: `web_search_tool_result` → `web_search`)."""
+
+
+def _exit(content: Mapping[str, Any]) -> str:
+    code = _int(content, "return_code")
+    return f"exit {code}" if code is not None else "done"
+
+
+def _fetched(content: Mapping[str, Any]) -> str:
+    url = _str(content, "url")
+    return f"fetched {url}" if url else "fetched"
+
+
+def _tools_found(content: Mapping[str, Any]) -> str:
+    found = content.get("tool_references")
+    return _count(len(found), "tool") if isinstance(found, list) else "done"
+
+
+RESULT_SUMMARIES: Final[Mapping[str, Callable[[Mapping[str, Any]], str]]] = {
+    "web_fetch_result": _fetched,
+    "code_execution_result": _exit,
+    "encrypted_code_execution_result": _exit,
+    "bash_code_execution_result": _exit,
+    "tool_search_tool_search_result": _tools_found,
+}
+"""A successful result's content type → its summary (lists count results; else `done`)."""
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _outcome(block: Mapping[str, Any]) -> tuple[str, str]:
+    """(`completed` | `failed`, summary) of a hosted result block."""
+    content = block.get("content")
+    if block.get("is_error") is True:
+        return "failed", "error"
+    if isinstance(content, list):
+        noun = "block" if block.get("type") == "mcp_tool_result" else "result"
+        return "completed", _count(len(content), noun)
+    if isinstance(content, dict):
+        kind = content.get("type")
+        if isinstance(kind, str) and kind.endswith("_error"):
+            return "failed", _str(content, "error_code") or kind
+        summary = RESULT_SUMMARIES.get(kind) if isinstance(kind, str) else None
+        return "completed", summary(content) if summary is not None else "done"
+    return "completed", "done"
+
+
+# --- the mapper ------------------------------------------------------------------------------
+
+
+class BlockMapper:
+    """Maps the closed content blocks of one response to drafts."""
+
+    def __init__(self, response_id: ResponseId, model: str, context: RequestContext) -> None:
+        self.response_id = response_id
+        self.model = model
+        self.context = context
+        self._binding = {"model": model} if model else {}
+        self._activities: dict[str, str] = {}
+        """Hosted activity id → name, for the activities this response reported."""
+        self._ended: set[str] = set()
+        """Hosted activity ids whose terminal transition this response reported."""
+        self._calls: set[str] = set()
+
+    def __call__(self, assembled: AssembledBlock) -> list[Event]:
+        """The drafts of one closed block."""
+        kind = assembled.block.get("type")
+        handler = _BLOCKS.get(kind) if isinstance(kind, str) else None
+        if handler is None and isinstance(kind, str) and kind.endswith("_tool_result"):
+            handler = BlockMapper._hosted_result
+        try:
+            if handler is not None:
+                return handler(self, assembled)
+        except _Malformed:
+            pass
+        return [self.unknown(assembled)]
+
+    # --- payloads ---
+
+    def payload(
+        self, assembled: AssembledBlock, *, version: str = "", bound: bool = False
+    ) -> ProviderPayload:
+        """The block's payload: `partial` when cut or unparsed, else `content_block`."""
+        raw = assembled.raw
+        if assembled.unparsed:
+            extra = {"partial_json": "".join(assembled.unparsed.values())}
+            raw = _encode({**assembled.block, **extra})
+        elif raw is None:
+            raw = _encode(assembled.block)
+        complete = assembled.complete and not assembled.unparsed
+        return ProviderPayload(
+            provider=PROVIDER,
+            format="content_block" if complete else "partial",
+            version=version,
+            binding=self._binding if bound else {},
+            value=msgspec.Raw(raw),
+        )
+
+    def unknown(self, assembled: AssembledBlock) -> UnknownArtifact:
+        """A block kept as it came: replayed to Anthropic, ignored by everyone else."""
+        return UnknownArtifact(payload=self.payload(assembled), response_id=self.response_id)
+
+    def unknown_value(self, value: bytes, fmt: str) -> UnknownArtifact:
+        """Any other JSON the adapter does not model (a stream event, message fields)."""
+        payload = ProviderPayload(provider=PROVIDER, format=fmt, value=msgspec.Raw(value))
+        return UnknownArtifact(payload=payload, response_id=self.response_id)
+
+    # --- block types ---
+
+    def _text(self, assembled: AssembledBlock) -> list[Event]:
+        block = assembled.block
+        text, citations = block.get("text"), block.get("citations")
+        if not isinstance(text, str) or not isinstance(citations, list | None):
+            raise _Malformed("text")
+        return [
+            AssistantText(
+                response_id=self.response_id,
+                text=text,
+                attributions=tuple(_attribution(c) for c in citations or ()),
+                attributions_complete=assembled.complete,
+            )
+        ]
+
+    def _thinking(self, assembled: AssembledBlock) -> list[Event]:
+        text = assembled.block.get("thinking")
+        if not isinstance(text, str):
+            raise _Malformed("thinking")
+        # Partial reasoning is stored unsigned: a cut block's signature may be partial too.
+        payload = self.payload(assembled, bound=True) if assembled.complete else None
+        return [Reasoning(response_id=self.response_id, text=text, payload=payload)]
+
+    def _redacted(self, assembled: AssembledBlock) -> list[Event]:
+        if not isinstance(assembled.block.get("data"), str):
+            raise _Malformed("data")
+        # The data arrives whole in the start event: only a delta could leave it partial.
+        whole = assembled.complete or assembled.raw is not None
+        payload = self.payload(_as_complete(assembled), bound=True) if whole else None
+        return [Reasoning(response_id=self.response_id, redacted=True, payload=payload)]
+
+    def _tool_use(self, assembled: AssembledBlock) -> list[Event]:
+        block = assembled.block
+        call_id, name = _need_str(block, "id"), _need_str(block, "name")
+        arguments = block.get("input")
+        if not assembled.complete or assembled.unparsed:
+            return [self.unknown(assembled)]  # never a ToolCallRequested for a cut call
+        if not isinstance(arguments, dict) or call_id in self._calls:
+            raise _Malformed("tool_use")
+        self._calls.add(call_id)
+        return [
+            ToolCallRequested(
+                response_id=self.response_id,
+                call_id=CallId(call_id),
+                name=name,
+                arguments=arguments,
+                payload=self.payload(assembled),
+            )
+        ]
+
+    def _hosted_call(self, assembled: AssembledBlock, name: str, tool: str) -> list[Event]:
+        block = assembled.block
+        activity_id = _need_str(block, "id")
+        arguments = block.get("input")
+        if activity_id in self._activities or not isinstance(arguments, dict | None):
+            raise _Malformed("server_tool_use")
+        arguments = arguments or {}
+        keys = ACTIVITY_INPUTS.get(name)
+        normalized = (
+            arguments if keys is None else {k: arguments[k] for k in keys if k in arguments}
+        )
+        self._activities[activity_id] = name
+        return [
+            HostedActivity(
+                activity_id=ActivityId(activity_id),
+                name=name,
+                state="started",
+                response_id=self.response_id,
+                input=normalized,
+                payload=self.payload(assembled, version=self.context.version_of(tool), bound=True),
+            )
+        ]
+
+    def _server_tool_use(self, assembled: AssembledBlock) -> list[Event]:
+        name = _need_str(assembled.block, "name")
+        return self._hosted_call(assembled, name, name)
+
+    def _mcp_tool_use(self, assembled: AssembledBlock) -> list[Event]:
+        block = assembled.block
+        server, tool = _str(block, "server_name") or "", _need_str(block, "name")
+        return self._hosted_call(assembled, f"mcp:{server}/{tool}", "mcp")
+
+    def _hosted_result(self, assembled: AssembledBlock) -> list[Event]:
+        block = assembled.block
+        activity_id = _need_str(block, "tool_use_id")
+        if not assembled.complete:
+            return [self.unknown(assembled)]  # the activity stays `started`
+        kind = _need_str(block, "type")
+        name = self._activities.get(activity_id)
+        if name is None:
+            # Its call is in an earlier response (a deferred search), or never came:
+            # the terminal transition alone, never dropped.
+            name = RESULT_NAMES.get(kind) or kind.removesuffix("_tool_result")
+        elif activity_id in self._ended:
+            raise _Malformed("a second result")
+        self._ended.add(activity_id)
+        self._activities[activity_id] = name
+        state, summary = _outcome(block)
+        version = self.context.version_of(name)
+        return [
+            HostedActivity(
+                activity_id=ActivityId(activity_id),
+                name=name,
+                state="failed" if state == "failed" else "completed",
+                response_id=self.response_id,
+                summary=summary,
+                payload=self.payload(assembled, version=version, bound=True),
+            )
+        ]
+
+
+def _as_complete(assembled: AssembledBlock) -> AssembledBlock:
+    return AssembledBlock(assembled.index, assembled.block, assembled.raw, True)
+
+
+_BLOCKS: Final[Mapping[str, Callable[[BlockMapper, AssembledBlock], list[Event]]]] = {
+    "text": BlockMapper._text,
+    "thinking": BlockMapper._thinking,
+    "redacted_thinking": BlockMapper._redacted,
+    "tool_use": BlockMapper._tool_use,
+    "server_tool_use": BlockMapper._server_tool_use,
+    "mcp_tool_use": BlockMapper._mcp_tool_use,
+    "mcp_tool_result": BlockMapper._hosted_result,
+}
+"""Block type → its mapping (other `*_tool_result` types map as hosted results)."""

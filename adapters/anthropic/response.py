@@ -1,0 +1,181 @@
+"""What streamed and non-streamed responses share: the message-level state and tables."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
+
+import msgspec
+
+from convstore.adapters.anthropic.blocks import BlockMapper
+from convstore.adapters.anthropic.context import PROVIDER, RequestContext
+from convstore.adapters.assembler import AssembledBlock
+from convstore.domain.events import Event, ResponseEnded, ResponseStarted
+from convstore.domain.vocabulary import EndState, ErrorInfo, FinishReason, ResponseId, Usage
+
+__all__ = ["FINISH_REASONS", "MESSAGE_FIELDS", "USAGE_TOKENS", "ResponseHead"]
+
+FINISH_REASONS: Final[Mapping[str, FinishReason]] = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "tool_use": "tool_use",
+    "pause_turn": "pause",
+    "refusal": "refusal",
+}
+"""Anthropic `stop_reason` → the normalized finish reason (anything else: `other`)."""
+
+USAGE_TOKENS: Final[Mapping[str, str]] = {
+    "input_tokens": "input_tokens",
+    "output_tokens": "output_tokens",
+    "cache_read_input_tokens": "cache_read_tokens",
+    "cache_creation_input_tokens": "cache_write_tokens",
+    "output_tokens_details.thinking_tokens": "reasoning_tokens",
+}
+"""Anthropic usage counter → `Usage` field; `server_tool_use.*` go to `hosted`, the rest
+of the numeric counters to `other` (nested names joined with dots)."""
+
+MESSAGE_FIELDS: Final = frozenset(
+    {"id", "type", "role", "model", "content", "stop_reason", "usage"}
+)
+"""Message fields the events model; any other non-null one (`container`, `stop_sequence`,
+…) is kept in an UnknownArtifact of format `message_fields`, so nothing is lost."""
+
+_OBJECT: Final = msgspec.json.Decoder(dict[str, Any])
+_RAW_LIST: Final = msgspec.json.Decoder(list[msgspec.Raw])
+_ANY: Final = msgspec.json.Decoder()
+_NULL: Final = b"null"
+
+
+def decode_field(raw: msgspec.Raw | None) -> Any:
+    """A field kept raw, decoded (None when absent)."""
+    return None if raw is None else _ANY.decode(raw)
+
+
+def derived_id(body: bytes) -> ResponseId:
+    """A deterministic response id for an error that names none: re-ingesting matches."""
+    return ResponseId("error_" + hashlib.sha256(body).hexdigest()[:24])
+
+
+def error_info(error: Any, status: int | None = None) -> ErrorInfo:
+    """The ErrorInfo of an Anthropic `error` object, whatever its shape."""
+    if not isinstance(error, dict):
+        return ErrorInfo(type="error", status=status)
+    kind, message = error.get("type"), error.get("message")
+    return ErrorInfo(
+        type=kind if isinstance(kind, str) and kind else "error",
+        message=message if isinstance(message, str) else "",
+        status=status,
+    )
+
+
+def failed_response(
+    response_id: ResponseId, context: RequestContext, info: ErrorInfo
+) -> list[Event]:
+    """A response that failed before any message: an HTTP error body or an early error."""
+    return [
+        ResponseStarted(
+            response_id=response_id,
+            provider=PROVIDER,
+            model=context.model,
+            settings=context.settings,
+        ),
+        ResponseEnded(response_id=response_id, state="failed", finish_reason="error", error=info),
+    ]
+
+
+def whole_blocks(mapper: BlockMapper, content: msgspec.Raw | None) -> Iterator[Event]:
+    """Map blocks that came whole, each with its bytes exactly as received.
+
+    Raises msgspec.ValidationError if `content` is not a list.
+    """
+    for index, raw in enumerate(_RAW_LIST.decode(content) if content is not None else ()):
+        value = bytes(raw)
+        try:
+            block = _OBJECT.decode(value)
+        except msgspec.ValidationError:
+            yield mapper.unknown_value(value, "content_block")
+            continue
+        yield from mapper(AssembledBlock(index, block, value))
+
+
+def usage_of(counters: Mapping[str, Any]) -> Usage:
+    """Anthropic usage counters as `Usage`."""
+    tokens: dict[str, int] = {}
+    hosted: dict[str, int] = {}
+    other: dict[str, int] = {}
+
+    def walk(prefix: str, values: Mapping[str, Any]) -> None:
+        for name, value in values.items():
+            key = prefix + name
+            if isinstance(value, dict):
+                walk(key + ".", value)
+            elif type(value) is int:
+                if key in USAGE_TOKENS:
+                    tokens[USAGE_TOKENS[key]] = value
+                elif key.startswith("server_tool_use."):
+                    hosted[key.removeprefix("server_tool_use.")] = value
+                else:
+                    other[key] = value
+
+    walk("", counters)
+    return Usage(**tokens, hosted=hosted, other=other)
+
+
+class ResponseHead:
+    """The message-level state of one response: ids, usage, fields kept as they came."""
+
+    def __init__(
+        self, message_id: str, fields: Mapping[str, msgspec.Raw], context: RequestContext
+    ) -> None:
+        model = decode_field(fields.get("model"))
+        usage = decode_field(fields.get("usage"))
+        self.response_id = ResponseId(message_id)
+        self.model = model if isinstance(model, str) else ""
+        self.context = context
+        self.usage: dict[str, Any] = usage if isinstance(usage, dict) else {}
+        self.extras: dict[str, msgspec.Raw] = {}
+        self.keep(fields, MESSAGE_FIELDS)
+        self.mapper = BlockMapper(self.response_id, self.model, context)
+
+    def keep(self, fields: Mapping[str, msgspec.Raw], modelled: frozenset[str]) -> None:
+        """Remember the non-null fields the events do not model."""
+        for name, raw in fields.items():
+            if name not in modelled and bytes(raw) != _NULL:
+                self.extras[name] = raw
+
+    def started(self) -> ResponseStarted:
+        """The response's ResponseStarted draft."""
+        return ResponseStarted(
+            response_id=self.response_id,
+            provider=PROVIDER,
+            model=self.model,
+            settings=self.context.settings,
+        )
+
+    def ended(
+        self, state: EndState, stop_reason: str | None, error: ErrorInfo | None = None
+    ) -> list[Event]:
+        """The message fields kept (if any), then the response's ResponseEnded draft."""
+        out: list[Event] = []
+        if self.extras:
+            extras = msgspec.json.encode(self.extras)
+            out.append(self.mapper.unknown_value(extras, "message_fields"))
+        finish: FinishReason = "other"
+        if state == "failed":
+            finish = "error"
+        elif stop_reason is not None:
+            finish = FINISH_REASONS.get(stop_reason, "other")
+        out.append(
+            ResponseEnded(
+                response_id=self.response_id,
+                state=state,
+                finish_reason=finish,
+                stop_reason=stop_reason,
+                usage=usage_of(self.usage),
+                error=error,
+            )
+        )
+        return out

@@ -1,0 +1,191 @@
+"""The state of one Messages API SSE stream, event by event.
+
+`message_start` opens the response; block events go through the shared assembler;
+`message_stop` completes it, an `error` event fails it, and `end()` abandons it when the
+stream stops early or becomes unreadable. Blocks still open at the end are handed to the
+mapper as cut, which applies the partial-commit rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+import msgspec
+
+from convstore.adapters.anthropic.context import RequestContext
+from convstore.adapters.anthropic.response import (
+    ResponseHead,
+    decode_field,
+    derived_id,
+    error_info,
+    failed_response,
+    whole_blocks,
+)
+from convstore.adapters.anthropic.wire import (
+    DELTAS,
+    EVENT,
+    BlockDelta,
+    BlockStart,
+    BlockStop,
+    Error,
+    MessageDelta,
+    MessageStart,
+    MessageStop,
+    Ping,
+    StreamEvent,
+)
+from convstore.adapters.assembler import AssembledBlock, StreamAssembler
+from convstore.domain.errors import DecodeError
+from convstore.domain.events import Event
+from convstore.domain.vocabulary import EndState, ErrorInfo
+
+__all__ = ["StreamDecoder"]
+
+_NOTHING: Final[Sequence[Event]] = ()
+_OBJECT: Final = msgspec.json.Decoder(dict[str, Any])
+_VALID: Final = msgspec.json.Decoder(msgspec.Raw)
+_DELTA_FIELDS: Final = frozenset({"stop_reason"})
+
+
+class StreamDecoder:
+    """Turns the `data` of each SSE event into drafts; `done` once the response ended."""
+
+    def __init__(self, context: RequestContext) -> None:
+        self.context = context
+        self.head: ResponseHead | None = None
+        self.assembler: StreamAssembler[Event] = StreamAssembler(DELTAS, self._map)
+        self.stop_reason: str | None = None
+        self.done = False
+        """True once the response ended: later input is not read."""
+        self._early: list[bytes] = []
+        """Unknown events before message_start, kept until the response opens."""
+
+    def _map(self, assembled: AssembledBlock) -> list[Event]:
+        assert self.head is not None  # blocks open only after message_start
+        return self.head.mapper(assembled)
+
+    def feed(self, data: str) -> Sequence[Event]:
+        """The drafts one event's data completes."""
+        try:
+            event = EVENT.decode(data)
+        except msgspec.ValidationError:
+            # An unknown type or shape, if the data is JSON at all (validation can stop
+            # before a syntax error further on).
+            try:
+                _VALID.decode(data)
+            except (msgspec.DecodeError, RecursionError) as error:
+                return self.end("malformed_stream", f"malformed JSON in an event's data: {error}")
+            return self._unknown(data)
+        except (msgspec.DecodeError, RecursionError) as error:
+            return self.end("malformed_stream", f"malformed JSON in an event's data: {error}")
+        kind = type(event)
+        if kind is BlockDelta and self.head is not None:  # the hot path, inlined
+            delta = event.delta  # type: ignore[union-attr]
+            if self.assembler.delta(event.index, delta.type, delta):  # type: ignore[union-attr]
+                return _NOTHING
+            return self._unknown(data)
+        if self.head is None:
+            return self._before_start(event, data)
+        return _HANDLERS[kind](self, event, data)
+
+    def end(self, kind: str, message: str) -> Sequence[Event]:
+        """The stream stopped without a final event: abandon the response (DecodeError if
+        it never started)."""
+        if self.done:
+            return _NOTHING
+        if self.head is None:
+            raise DecodeError(f"not an Anthropic response: {message} before message_start")
+        return self._close("abandoned", ErrorInfo(type=kind, message=message))
+
+    # --- handlers ---
+
+    def _before_start(self, event: StreamEvent, data: str) -> Sequence[Event]:
+        if isinstance(event, MessageStart):
+            return self._message_start(event, data)
+        if isinstance(event, Ping):
+            return _NOTHING
+        if isinstance(event, Error):
+            self.done = True
+            info = error_info(event.error)
+            return failed_response(derived_id(data.encode()), self.context, info)
+        raise DecodeError(f"not an Anthropic stream: {type(event).__name__} before message_start")
+
+    def _unknown(self, data: str) -> Sequence[Event]:
+        if self.head is None:
+            self._early.append(data.strip().encode())
+            return _NOTHING
+        return [self.head.mapper.unknown_value(data.strip().encode(), "stream_event")]
+
+    def _message_start(self, event: MessageStart, data: str) -> Sequence[Event]:
+        if self.head is not None:
+            return self._unknown(data)
+        fields = event.message
+        message_id = decode_field(fields.get("id"))
+        if not isinstance(message_id, str) or not message_id:
+            raise DecodeError("not an Anthropic stream: message_start without a message id")
+        head = self.head = ResponseHead(message_id, fields, self.context)
+        out: list[Event] = [head.started()]
+        out.extend(head.mapper.unknown_value(early, "stream_event") for early in self._early)
+        self._early = []
+        try:
+            # Empty today; blocks that came whole with the message map as they are.
+            out.extend(whole_blocks(head.mapper, fields.get("content")))
+        except msgspec.ValidationError:
+            out.append(head.mapper.unknown_value(data.strip().encode(), "stream_event"))
+        return out
+
+    def _block_start(self, event: BlockStart, data: str) -> Sequence[Event]:
+        raw = bytes(event.content_block)
+        try:
+            block = _OBJECT.decode(raw)
+        except msgspec.ValidationError:
+            return self._unknown(data)
+        return self.assembler.start(event.index, block, raw)
+
+    def _block_delta(self, event: BlockDelta, data: str) -> Sequence[Event]:
+        delta = event.delta
+        if self.assembler.delta(event.index, delta.type, delta):
+            return _NOTHING
+        return self._unknown(data)
+
+    def _block_stop(self, event: BlockStop, data: str) -> Sequence[Event]:
+        return self.assembler.stop(event.index)
+
+    def _message_delta(self, event: MessageDelta, data: str) -> Sequence[Event]:
+        assert self.head is not None
+        stop_reason = decode_field(event.delta.get("stop_reason"))
+        if isinstance(stop_reason, str):
+            self.stop_reason = stop_reason
+        self.head.keep(event.delta, _DELTA_FIELDS)
+        self.head.usage.update(event.usage)
+        return _NOTHING
+
+    def _message_stop(self, event: MessageStop, data: str) -> Sequence[Event]:
+        return self._close("completed")
+
+    def _error(self, event: Error, data: str) -> Sequence[Event]:
+        return self._close("failed", error_info(event.error))
+
+    def _ping(self, event: Ping, data: str) -> Sequence[Event]:
+        return _NOTHING
+
+    def _close(self, state: EndState, error: ErrorInfo | None = None) -> list[Event]:
+        assert self.head is not None
+        self.done = True
+        out = self.assembler.finish(cut=True)
+        out.extend(self.head.ended(state, self.stop_reason, error))
+        return out
+
+
+_HANDLERS: Final[Mapping[type, Callable[[StreamDecoder, Any, str], Sequence[Event]]]] = {
+    MessageStart: StreamDecoder._message_start,
+    BlockStart: StreamDecoder._block_start,
+    BlockDelta: StreamDecoder._block_delta,
+    BlockStop: StreamDecoder._block_stop,
+    MessageDelta: StreamDecoder._message_delta,
+    MessageStop: StreamDecoder._message_stop,
+    Error: StreamDecoder._error,
+    Ping: StreamDecoder._ping,
+}
+"""Stream event type → its handler once the response is open."""

@@ -1,0 +1,124 @@
+"""The Messages API stream vocabulary: tagged structs, decoded in one pass per event.
+
+The union has no catch-all (msgspec's rule), so an event of an unknown type, or of a
+known type with an unexpected shape, fails validation and the decoder keeps its data as
+an UnknownArtifact. Block bodies stay raw until the block mapper reads them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final, TypeAlias
+
+import msgspec
+
+from convstore.adapters.assembler import DeltaApplier, OpenBlock
+
+__all__ = ["DELTAS", "EVENT", "Delta", "StreamEvent"]
+
+_ABSENT: Final = msgspec.Raw()
+"""An absent raw field (msgspec has no optional Raw): empty, so false."""
+
+
+class _Event(msgspec.Struct, tag_field="type", gc=False):
+    """Base of the stream events, tagged by their `type`."""
+
+
+class MessageStart(_Event, tag="message_start"):
+    message: dict[str, msgspec.Raw]
+
+
+class BlockStart(_Event, tag="content_block_start"):
+    index: int
+    content_block: msgspec.Raw
+
+
+class Delta(msgspec.Struct, gc=False):
+    """A content block delta: every known delta type's field, None when absent."""
+
+    type: str
+    text: str | None = None
+    thinking: str | None = None
+    signature: str | None = None
+    partial_json: str | None = None
+    citation: msgspec.Raw = _ABSENT
+
+
+class BlockDelta(_Event, tag="content_block_delta"):
+    index: int
+    delta: Delta
+
+
+class BlockStop(_Event, tag="content_block_stop"):
+    index: int
+
+
+class MessageDelta(_Event, tag="message_delta"):
+    delta: dict[str, msgspec.Raw] = {}
+    usage: dict[str, Any] = {}
+
+
+class MessageStop(_Event, tag="message_stop"):
+    pass
+
+
+class Ping(_Event, tag="ping"):
+    pass
+
+
+class Error(_Event, tag="error"):
+    error: Any = None
+
+
+StreamEvent: TypeAlias = (
+    MessageStart | BlockStart | BlockDelta | BlockStop | MessageDelta | MessageStop | Ping | Error
+)
+
+EVENT: Final = msgspec.json.Decoder(StreamEvent)
+"""Decodes one event's `data`; ValidationError for an unknown type or shape."""
+
+
+def _text(block: OpenBlock, delta: Delta) -> bool:
+    if delta.text is None:
+        return False
+    block.append_text("text", delta.text)
+    return True
+
+
+def _thinking(block: OpenBlock, delta: Delta) -> bool:
+    if delta.thinking is None:
+        return False
+    block.append_text("thinking", delta.thinking)
+    return True
+
+
+def _signature(block: OpenBlock, delta: Delta) -> bool:
+    if delta.signature is None:
+        return False
+    block.append_text("signature", delta.signature)
+    return True
+
+
+def _input_json(block: OpenBlock, delta: Delta) -> bool:
+    if delta.partial_json is None:
+        return False
+    block.append_json("input", delta.partial_json)
+    return True
+
+
+def _citation(block: OpenBlock, delta: Delta) -> bool:
+    citation = delta.citation
+    if not citation or bytes(citation)[:1] != b"{":
+        return False
+    block.append_item("citations", citation)
+    return True
+
+
+DELTAS: Final[Mapping[str, DeltaApplier]] = {
+    "text_delta": _text,
+    "thinking_delta": _thinking,
+    "signature_delta": _signature,
+    "input_json_delta": _input_json,
+    "citations_delta": _citation,
+}
+"""Delta type → how it changes the block under assembly (others are kept as unknown)."""
