@@ -39,7 +39,14 @@ from eventsourcing.persistence import (
 )
 from psycopg import sql
 
-from convstore.storage.errors import DataError, IntegrityError, ProgrammingError, translating
+from convstore.storage.errors import (
+    DataError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    ProgrammingError,
+    translating,
+)
 from convstore.storage.recorder import ConversationRecorder, FirstEvent, SnapshotRecord
 
 LOCK_TIMEOUT_MS = 5000
@@ -95,6 +102,7 @@ _SCHEMA = (
 
 _ROW = tuple[Any, ...]
 Connection = psycopg.Connection[_ROW]
+Query = sql.SQL | sql.Composed
 
 
 def _uuid(originator_id: UUID | str) -> UUID:
@@ -217,13 +225,13 @@ class PostgresRecorder(ConversationRecorder):
             self._topics[int(row[0])] = topic
         return [ids[t] for t in topics]
 
-    def _topic(self, connection: Connection, topic_id: int) -> str:
+    def _topic(self, topic_id: int) -> str:
         topic = self._topics.get(topic_id)
         if topic is None:
-            row = connection.execute(self._sql["topic"], (topic_id,)).fetchone()
-            if row is None:
+            rows = self._fetch(self._sql["topic"], (topic_id,))
+            if not rows:
                 raise ProgrammingError(f"no topic with id {topic_id}")
-            topic = str(row[0])
+            topic = str(rows[0][0])
             self._topics[topic_id] = topic
             self._topic_ids[topic] = topic_id
         return topic
@@ -270,24 +278,33 @@ class PostgresRecorder(ConversationRecorder):
 
     # --- reading ----------------------------------------------------------------------------
 
+    def _fetch(self, query: Query, params: Sequence[Any] = ()) -> list[_ROW]:
+        """The rows of one read (binary: bytea as bytes, no hex).
+
+        A connection that broke under it (a server restart, a failover) is replaced and
+        the read, being harmless to repeat, runs once more.
+        """
+        try:
+            with self._using() as connection:
+                return connection.cursor(binary=True).execute(query, params).fetchall()
+        except (OperationalError, InterfaceError):
+            if getattr(self._local, "connection", None) is not None:
+                raise  # the connection is fine: the error is the read's own
+        with self._using() as connection:
+            return connection.cursor(binary=True).execute(query, params).fetchall()
+
     def select_states(self, originator_id: UUID, *, gt: int = 0) -> list[tuple[int, bytes]]:
         """(version, bytes) of one conversation's events after `gt`."""
-        with self._using() as connection:
-            cursor = connection.cursor(binary=True)
-            return cursor.execute(self._sql["states"], (originator_id, gt)).fetchall()
+        return self._fetch(self._sql["states"], (originator_id, gt))
 
     def select_snapshot(self, originator_id: UUID) -> SnapshotRecord | None:
         """The conversation's snapshot, if one was taken."""
-        with self._using() as connection:
-            cursor = connection.cursor(binary=True)
-            row = cursor.execute(self._sql["snapshot"], (originator_id,)).fetchone()
-        return None if row is None else SnapshotRecord(originator_id, row[0], row[1])
+        rows = self._fetch(self._sql["snapshot"], (originator_id,))
+        return SnapshotRecord(originator_id, rows[0][0], rows[0][1]) if rows else None
 
     def select_first_events(self, *, offset: int = 0, limit: int = 50) -> list[FirstEvent]:
         """First events in start order, with each conversation's event count."""
-        with self._using() as connection:
-            cursor = connection.cursor(binary=True)
-            rows = cursor.execute(self._sql["first_events"], (limit, offset)).fetchall()
+        rows = self._fetch(self._sql["first_events"], (limit, offset))
         return [FirstEvent(key, state, count) for key, state, count in rows]
 
     def select_events(
@@ -314,12 +331,10 @@ class PostgresRecorder(ConversationRecorder):
         if limit is not None:
             query += sql.SQL(" LIMIT %s")
             params.append(limit)
-        with self._using() as connection:
-            rows = connection.cursor(binary=True).execute(query, params).fetchall()
-            return [
-                StoredEvent(originator_id, version, self._topic(connection, topic), state)
-                for version, topic, state in rows
-            ]
+        return [
+            StoredEvent(originator_id, version, self._topic(topic), state)
+            for version, topic, state in self._fetch(query, params)
+        ]
 
     def select_notifications(
         self,
@@ -342,34 +357,31 @@ class PostgresRecorder(ConversationRecorder):
         if stop is not None:
             clauses.append(sql.SQL("id <= %s"))
             params.append(stop)
-        with self._using() as connection:
-            if topics:
-                rows = connection.execute(self._sql["topic_ids"], (list(topics),)).fetchall()
-                if not rows:
-                    return []
-                clauses.append(sql.SQL("topic = ANY(%s)"))
-                params.append([row[0] for row in rows])
-            if clauses:
-                query += sql.SQL(" WHERE ") + sql.SQL(" AND ").join(clauses)
-            query += sql.SQL(" ORDER BY id LIMIT %s")
-            params.append(limit)
-            rows = connection.cursor(binary=True).execute(query, params).fetchall()
-            return [
-                Notification(
-                    id=nid,
-                    originator_id=key,
-                    originator_version=version,
-                    topic=self._topic(connection, topic),
-                    state=state,
-                )
-                for nid, key, version, topic, state in rows
-            ]
+        if topics:
+            ids = [row[0] for row in self._fetch(self._sql["topic_ids"], (list(topics),))]
+            if not ids:
+                return []
+            clauses.append(sql.SQL("topic = ANY(%s)"))
+            params.append(ids)
+        if clauses:
+            query += sql.SQL(" WHERE ") + sql.SQL(" AND ").join(clauses)
+        query += sql.SQL(" ORDER BY id LIMIT %s")
+        params.append(limit)
+        return [
+            Notification(
+                id=nid,
+                originator_id=key,
+                originator_version=version,
+                topic=self._topic(topic),
+                state=state,
+            )
+            for nid, key, version, topic, state in self._fetch(query, params)
+        ]
 
     def max_notification_id(self) -> int | None:
         """The newest notification id, or None for an empty store."""
-        with self._using() as connection:
-            row = connection.execute(self._sql["max_id"]).fetchone()
-        return None if row is None or row[0] is None else int(row[0])
+        value = self._fetch(self._sql["max_id"])[0][0]
+        return None if value is None else int(value)
 
     def subscribe(self, gt: int | None = None, topics: Sequence[str] = ()) -> Subscription[Any]:
         """Notifications after `gt` as they are committed (LISTEN/NOTIFY wakes the reader)."""
@@ -391,9 +403,8 @@ class PostgresRecorder(ConversationRecorder):
 
     def max_tracking_id(self, application_name: str) -> int | None:
         """The newest processed notification id of a projection."""
-        with self._using() as connection:
-            row = connection.execute(self._sql["tracked"], (application_name,)).fetchone()
-        return None if row is None else int(row[0])
+        rows = self._fetch(self._sql["tracked"], (application_name,))
+        return int(rows[0][0]) if rows else None
 
 
 _STATEMENTS = {

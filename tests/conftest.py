@@ -53,14 +53,19 @@ def require_postgres() -> str:
     return POSTGRES_DSN
 
 
-def _on_schema(dsn: str, statement: LiteralString, schema: str) -> None:
+def _on_schema(statement: LiteralString, schema: str) -> None:
     """Run `statement` with `{}` replaced by the quoted schema name."""
     import psycopg
     from psycopg import sql
 
-    with psycopg.connect(dsn, autocommit=True) as connection:
+    with psycopg.connect(POSTGRES_DSN, autocommit=True) as connection:
         connection.execute("SET lock_timeout = '10s'")
         connection.execute(sql.SQL(statement).format(sql.Identifier(schema)))
+
+
+def drop_postgres_schema(schema: str) -> None:
+    """Drop a schema of the test database with everything in it."""
+    _on_schema("DROP SCHEMA IF EXISTS {} CASCADE", schema)
 
 
 @pytest.fixture
@@ -74,11 +79,11 @@ def postgres_url() -> Iterator[str]:
     """A PostgreSQL store URL naming a fresh schema, dropped after the test."""
     dsn = require_postgres()
     schema = f"t_{uuid4().hex[:16]}"
-    _on_schema(dsn, "CREATE SCHEMA {}", schema)
+    _on_schema("CREATE SCHEMA {}", schema)
     try:
         yield f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
     finally:
-        _on_schema(dsn, "DROP SCHEMA IF EXISTS {} CASCADE", schema)
+        drop_postgres_schema(schema)
 
 
 @pytest.fixture(params=BACKENDS)

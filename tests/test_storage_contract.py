@@ -8,9 +8,11 @@ fixture.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import sqlite3
 import sys
+import threading
 import time
 import types
 from pathlib import Path
@@ -53,7 +55,20 @@ from convstore.storage.postgres import PostgresRecorder
 from convstore.storage.recorder import ConversationRecorder
 from convstore.storage.repository import EventRepository
 from convstore.storage.sqlite import SQLiteRecorder
+from tests.conftest import drop_postgres_schema
 from tests.strategies import conversation_drafts
+
+
+def _postgres_location(url: str) -> PostgresLocation:
+    location = parse_location(url)
+    assert isinstance(location, PostgresLocation)
+    return location
+
+
+def _postgres_recorder(url: str, **kwargs: Any) -> PostgresRecorder:
+    location = _postgres_location(url)
+    return PostgresRecorder(location.dsn, schema=location.schema, **kwargs)
+
 
 # --- eventsourcing's contract tests -----------------------------------------------------------
 
@@ -77,16 +92,14 @@ class _SQLite:
 class _Postgres:
     """Backend mixin: a fresh PostgreSQL schema per test."""
 
-    location: PostgresLocation
+    url: str
 
     @pytest.fixture(autouse=True)
     def _database(self, postgres_url: str) -> None:
-        location = parse_location(postgres_url)
-        assert isinstance(location, PostgresLocation)
-        self.location = location
+        self.url = postgres_url
 
     def create_recorder(self) -> Any:
-        recorder = PostgresRecorder(self.location.dsn, schema=self.location.schema)
+        recorder = _postgres_recorder(self.url)
         cast(Any, self).addCleanup(recorder.close)
         return recorder
 
@@ -334,6 +347,56 @@ class TestStoreContract:
             assert reopened.service.get(cid).version == len(PAYLOAD_VALUES) + 3
 
 
+# --- the notification log under concurrent writers (RELIABILITY 4, 5) ---------------------
+
+
+def test_a_follower_sees_every_event_once_in_order(store: Store) -> None:
+    """Writers race on different conversations while a follower polls the log."""
+    recorder = store.recorder
+    done = threading.Event()
+    seen: list[int] = []
+    errors: list[BaseException] = []
+
+    def write(worker: int) -> None:
+        try:
+            for _ in range(40):
+                cid = uuid4()
+                recorder.append([StoredEvent(cid, v, f"w{worker}", b"{}") for v in (1, 2, 3)])
+            # A rolled-back batch: on PostgreSQL it consumes ids, leaving a gap.
+            with contextlib.suppress(IntegrityError):
+                recorder.append([StoredEvent(cid, 4, "w", b"{}"), StoredEvent(cid, 1, "w", b"")])
+        except BaseException as error:
+            errors.append(error)
+
+    def follow() -> None:
+        try:
+            while True:
+                finished = done.is_set()  # read before polling: one full pass after the end
+                batch = recorder.select_notifications(
+                    seen[-1] if seen else None, 7, inclusive_of_start=False
+                )
+                seen.extend(n.id for n in batch)
+                if finished and not batch:
+                    return
+        except BaseException as error:
+            errors.append(error)
+
+    follower = threading.Thread(target=follow)
+    follower.start()
+    writers = [threading.Thread(target=write, args=(w,)) for w in range(4)]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join()
+    done.set()
+    follower.join()
+
+    assert errors == []
+    log = [n.id for n in recorder.select_notifications(None, 10_000)]
+    assert len(log) == 4 * 40 * 3
+    assert seen == log  # none skipped, none repeated, in order
+
+
 # --- a busy database: bounded retry, then a typed error, nothing partial (RELIABILITY 25) -----
 
 
@@ -372,9 +435,8 @@ def test_busy_postgres_gives_a_typed_error_and_commits_nothing(postgres_url: str
     import psycopg
     from psycopg import sql
 
-    location = parse_location(postgres_url)
-    assert isinstance(location, PostgresLocation)
-    recorder = PostgresRecorder(location.dsn, schema=location.schema, lock_timeout_ms=200)
+    location = _postgres_location(postgres_url)
+    recorder = _postgres_recorder(postgres_url, lock_timeout_ms=200)
     service = ConversationService(EventRepository(recorder))
     blocker = psycopg.connect(location.dsn)
     try:
@@ -394,4 +456,66 @@ def test_busy_postgres_gives_a_typed_error_and_commits_nothing(postgres_url: str
         assert [e.originator_version for e in service.events(cid)] == [1, 2, 3]
     finally:
         blocker.close()
+        recorder.close()
+
+
+# --- PostgreSQL specifics -------------------------------------------------------------------
+
+
+@pytest.mark.postgres
+def test_concurrent_first_opens_of_a_schema_all_succeed(postgres_url: str) -> None:
+    fresh = f"{postgres_url}_fresh"  # a schema nobody created yet
+    opened: list[PostgresRecorder] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def open_one() -> None:
+        try:
+            start.wait()
+            opened.append(_postgres_recorder(fresh))
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=open_one) for _ in range(4)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        assert len(opened) == 4
+        opened[0].append([StoredEvent(uuid4(), 1, "t", b"{}")])
+        assert opened[3].max_notification_id() == 1
+    finally:
+        for recorder in opened:
+            recorder.close()
+        drop_postgres_schema(_postgres_location(fresh).schema)
+
+
+@pytest.mark.postgres
+def test_a_lost_connection_is_replaced(postgres_url: str) -> None:
+    import psycopg
+
+    name = f"lost_{uuid4().hex[:12]}"  # marks this recorder's connections, and only them
+    recorder = _postgres_recorder(f"{postgres_url}&application_name={name}")
+    admin = psycopg.connect(_postgres_location(postgres_url).dsn, autocommit=True)
+    cid = uuid4()
+
+    def kill_connections() -> None:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            (name,),
+        )
+
+    try:
+        recorder.append([StoredEvent(cid, 1, "t", b"{}")])
+        kill_connections()
+        assert recorder.select_states(cid) == [(1, b"{}")]  # a read is repeated once
+        kill_connections()
+        with pytest.raises(OperationalError):  # a write is not: its outcome is unknown
+            recorder.append([StoredEvent(cid, 2, "t", b"{}")])
+        recorder.append([StoredEvent(cid, 2, "t", b"[]")])
+        assert recorder.select_states(cid) == [(1, b"{}"), (2, b"[]")]
+    finally:
+        admin.close()
         recorder.close()

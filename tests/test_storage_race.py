@@ -1,0 +1,80 @@
+"""Racing appenders (RELIABILITY 1): two processes read-then-append to one conversation.
+
+Every call returns or raises ConcurrencyConflict; afterwards the versions are gapless,
+there is one event per success (plus Started), no duplicates, and a replay holds them all.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import traceback
+from multiprocessing.synchronize import Barrier
+from typing import Any
+
+import pytest
+
+from convstore.domain import Conversation, ConversationId, UserMessage
+from convstore.domain.errors import ConcurrencyConflict
+from convstore.storage import open_store
+from tests.conftest import BACKENDS
+
+APPENDS = 200
+"""Read-then-append calls per process."""
+
+
+def _racer(url: str, cid: ConversationId, name: str, start: Barrier, results: Any) -> None:
+    """One process: open the store, wait for the other, then append `APPENDS` times."""
+    outcome: dict[str, Any] = {"name": name, "ok": 0, "conflicts": 0, "errors": []}
+    try:
+        with open_store(url) as store:
+            start.wait(timeout=60)
+            for i in range(APPENDS):
+                try:
+                    store.service.append(cid, [UserMessage(blocks=(f"{name} {i}",))])
+                except ConcurrencyConflict:
+                    outcome["conflicts"] += 1
+                else:
+                    outcome["ok"] += 1
+    except BaseException:  # reported to the parent, which fails the test
+        outcome["errors"].append(traceback.format_exc())
+    results.put(outcome)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_two_processes_racing_on_one_conversation(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    url: str = request.getfixturevalue(f"{backend}_url")
+    with open_store(url) as store:
+        cid = store.service.start("raced")
+
+    context = multiprocessing.get_context("spawn")
+    start, results = context.Barrier(2), context.Queue()
+    racers = [
+        context.Process(target=_racer, args=(url, cid, name, start, results))
+        for name in ("left", "right")
+    ]
+    for racer in racers:
+        racer.start()
+    outcomes = [results.get(timeout=120) for _ in racers]
+    for racer in racers:
+        racer.join(timeout=30)
+        assert racer.exitcode == 0
+
+    assert [o["errors"] for o in outcomes] == [[], []], "a racer failed unexpectedly"
+    for outcome in outcomes:
+        assert outcome["ok"] + outcome["conflicts"] == APPENDS
+    successes = sum(o["ok"] for o in outcomes)
+    assert successes >= APPENDS  # every conflict means the other side succeeded
+
+    with open_store(url) as store:
+        events = list(store.service.events(cid))
+        n = 1 + successes
+        assert [e.originator_version for e in events] == list(range(1, n + 1))
+        assert len({e.hash for e in events}) == n
+        texts = [e.blocks[0] for e in events if isinstance(e, UserMessage)]
+        assert len(texts) == len(set(texts)) == successes
+        replayed = store.service.get(cid)
+        assert replayed.version == n
+        assert replayed == Conversation.replay(cid, events)
