@@ -97,6 +97,7 @@ from convstore.domain.vocabulary import ProviderPayload, RequestSettings
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
+    "DeclaredTool",
     "EncodedRequest",
     "Loss",
     "Message",
@@ -644,7 +645,10 @@ def _type_of(payload: ProviderPayload) -> str:
 
 
 @dataclass(slots=True)
-class _Tool:
+class DeclaredTool:
+    """A tool of the request's `tools`: its name, native type, declaration, and whether the
+    provider runs it."""
+
     name: str
     type: str
     """The native type (`web_search_20250305`; `custom` or empty for a client tool)."""
@@ -714,7 +718,7 @@ class _Settings:
             max_tokens = portable.max_tokens or DEFAULT_MAX_TOKENS
         return cls(chosen, native, portable, max_tokens, source)
 
-    def recorded_tools(self, losses: list[Loss]) -> list[_Tool]:
+    def recorded_tools(self, losses: list[Loss]) -> list[DeclaredTool]:
         if self.native is not None:
             raw = self.native.get("tools")
             if raw is None:
@@ -732,7 +736,7 @@ class _Settings:
                 kind = kind if isinstance(kind, str) else ""
                 name = decoded.get("name")
                 name = name if isinstance(name, str) else tool_name_of(kind)
-                tools.append(_Tool(name, kind, item, is_hosted_tool_type(kind)))
+                tools.append(DeclaredTool(name, kind, item, is_hosted_tool_type(kind)))
             return tools
         tools = []
         for declaration in self.portable.tools:
@@ -752,12 +756,12 @@ class _Settings:
             if declaration.description:
                 value["description"] = declaration.description
             value["input_schema"] = declaration.input_schema or {"type": "object"}
-            tools.append(_Tool(declaration.name, "", value, False))
+            tools.append(DeclaredTool(declaration.name, "", value, False))
         return tools
 
     def tools(
         self, config: AnthropicConfig, pending: list[HostedActivity], losses: list[Loss]
-    ) -> list[_Tool]:
+    ) -> list[DeclaredTool]:
         tools = self.recorded_tools(losses)
         keep = _pending_declarations(pending)
         configured = hosted_tool_declarations(config)
@@ -768,7 +772,7 @@ class _Settings:
             position = next((i for i, t in enumerate(tools) if t.name == name), None)
             if setting:
                 declaration = configured[name]
-                tool = _Tool(name, declaration["type"], declaration, True)
+                tool = DeclaredTool(name, declaration["type"], declaration, True)
                 if position is None:
                     tools.append(tool)
                 else:
@@ -777,10 +781,12 @@ class _Settings:
                 del tools[position]
         for name, native_type in keep.items():
             if not any(t.name == name for t in tools):
-                tools.append(_Tool(name, native_type, {"type": native_type, "name": name}, True))
+                tools.append(
+                    DeclaredTool(name, native_type, {"type": native_type, "name": name}, True)
+                )
         return tools
 
-    def body(self, tools: list[_Tool], losses: list[Loss]) -> dict[str, Any]:
+    def body(self, tools: list[DeclaredTool], losses: list[Loss]) -> dict[str, Any]:
         body: dict[str, Any] = {}
         if self.native is not None:
             body.update((k, v) for k, v in self.native.items() if k not in ("messages", "stream"))
@@ -799,7 +805,7 @@ class _Settings:
             body["tool_choice"] = choice
         return body
 
-    def tool_choice(self, tools: list[_Tool], losses: list[Loss]) -> Any:
+    def tool_choice(self, tools: list[DeclaredTool], losses: list[Loss]) -> Any:
         raw: msgspec.Raw | None = None
         choice: Any
         if self.native is not None:
@@ -834,7 +840,7 @@ class _Settings:
         return scoped
 
 
-def scope_tool_choice(choice: Any, tools: Sequence[_Tool]) -> tuple[Any, str | None]:
+def scope_tool_choice(choice: Any, tools: Sequence[DeclaredTool]) -> tuple[Any, str | None]:
     """`choice` kept to client tools: (the choice to send or None, why it changed)."""
     if not isinstance(choice, dict):
         return None, f"tool_choice {choice!r} is not an object; left out"
