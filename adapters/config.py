@@ -92,7 +92,7 @@ def load_config(
     else:
         file, required = config_path()
     config: dict[str, Any] = {}
-    if file.is_file():
+    if file.exists() and not file.is_dir():  # a file, or e.g. /dev/null for "none"
         config = _read_toml(file)
     elif required:
         raise ConfigurationError(f"configuration file {file} does not exist")

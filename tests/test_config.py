@@ -68,6 +68,13 @@ def test_convstore_config_names_the_file(
         load_config(path=tmp_path / "also-missing.toml")
 
 
+def test_dev_null_means_no_configuration(home: Path) -> None:
+    if not Path("/dev/null").exists():
+        pytest.skip("no /dev/null")
+    (home / "config.toml").write_text("[providers.anthropic]\nmodel = 'm'\n")
+    assert load_config(path="/dev/null") == {}
+
+
 def test_malformed_toml_names_the_file_and_line(home: Path) -> None:
     (home / "config.toml").write_text('[providers]\nok = 1\nbroken = "unterminated\n')
     with pytest.raises(ConfigurationError) as caught:
