@@ -15,8 +15,7 @@ end implicitly with the stream.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
 import msgspec
@@ -26,39 +25,67 @@ __all__ = ["AssembledBlock", "BlockMapper", "DeltaApplier", "OpenBlock", "Stream
 T = TypeVar("T")
 
 
+class AssembledBlock(msgspec.Struct, frozen=True):
+    """A closed block, handed to the provider's block mapper."""
+
+    index: int
+    """The block's position in its response."""
+    block: dict[str, Any]
+    """The native block: start JSON with the deltas applied and JSON buffers parsed."""
+    raw: bytes | msgspec.Raw | None
+    """The block's JSON as received when no delta changed it, else None."""
+    complete: bool = True
+    """False when the stream ended before the block's stop."""
+    unparsed: dict[str, str] = {}
+    """JSON buffers that did not parse (e.g. cut mid-input), by field; not in `block`."""
+
+
 class OpenBlock:
     """A block under assembly: its start JSON and the pieces its deltas brought so far."""
 
     __slots__ = ("_items", "_json", "_set", "_text", "index", "raw", "start")
 
-    def __init__(self, index: int, start: dict[str, Any], raw: bytes | None = None) -> None:
+    def __init__(
+        self, index: int, start: dict[str, Any], raw: bytes | msgspec.Raw | None = None
+    ) -> None:
         self.index = index
         """The block's position in its response."""
         self.start = start
         """The native start JSON, as the provider sent it."""
         self.raw = raw
-        """The start JSON's bytes as received, if the provider kept them."""
+        """The start JSON as received, if the provider kept it."""
         self._text: dict[str, list[str]] = {}
-        self._json: dict[str, list[str]] = {}
-        self._items: dict[str, list[Any]] = {}
-        self._set: dict[str, Any] = {}
+        # Rarer changes: created on first use.
+        self._json: dict[str, list[str]] | None = None
+        self._items: dict[str, list[Any]] | None = None
+        self._set: dict[str, Any] | None = None
 
     def append_text(self, name: str, piece: str) -> None:
         """Append a piece of text to the string field `name` (joined once, at close)."""
         if piece:
-            self._text.setdefault(name, []).append(piece)
+            pieces = self._text.get(name)
+            if pieces is None:
+                self._text[name] = [piece]
+            else:
+                pieces.append(piece)
 
     def append_json(self, name: str, piece: str) -> None:
         """Append a fragment of JSON text to field `name`'s buffer (parsed at close)."""
         if piece:
+            if self._json is None:
+                self._json = {}
             self._json.setdefault(name, []).append(piece)
 
     def append_item(self, name: str, item: Any) -> None:
         """Append an item to the list field `name`."""
+        if self._items is None:
+            self._items = {}
         self._items.setdefault(name, []).append(item)
 
     def set(self, name: str, value: Any) -> None:
         """Set field `name` to `value`, replacing what the start JSON held."""
+        if self._set is None:
+            self._set = {}
         self._set[name] = value
 
     @property
@@ -75,40 +102,27 @@ class OpenBlock:
             prefix = block.get(name)
             text = "".join(pieces)
             block[name] = prefix + text if isinstance(prefix, str) else text
-        for name, items in self._items.items():
-            before = block.get(name)
-            block[name] = [*before, *items] if isinstance(before, list) else items
-        block.update(self._set)
+        if self._items:
+            for name, items in self._items.items():
+                before = block.get(name)
+                block[name] = [*before, *items] if isinstance(before, list) else items
+        if self._set:
+            block.update(self._set)
         unparsed: dict[str, str] = {}
-        for name, fragments in self._json.items():
-            text = "".join(fragments)
-            try:
-                block[name] = msgspec.json.decode(text)
-            except (msgspec.DecodeError, RecursionError):
-                unparsed[name] = text
+        if self._json:
+            for name, fragments in self._json.items():
+                text = "".join(fragments)
+                try:
+                    block[name] = msgspec.json.decode(text)
+                except (msgspec.DecodeError, RecursionError):
+                    unparsed[name] = text
         return AssembledBlock(self.index, block, None, complete, unparsed)
-
-
-@dataclass(frozen=True, slots=True)
-class AssembledBlock:
-    """A closed block, handed to the provider's block mapper."""
-
-    index: int
-    """The block's position in its response."""
-    block: dict[str, Any]
-    """The native block: start JSON with the deltas applied and JSON buffers parsed."""
-    raw: bytes | None
-    """The block's bytes as received when no delta changed it, else None."""
-    complete: bool = True
-    """False when the stream ended before the block's stop."""
-    unparsed: dict[str, str] = field(default_factory=dict)
-    """JSON buffers that did not parse (e.g. cut mid-input), by field; not in `block`."""
 
 
 DeltaApplier = Callable[[OpenBlock, Any], bool]
 """Applies one delta to a block; returns False when the delta is malformed (not applied)."""
 
-BlockMapper = Callable[[AssembledBlock], Iterable[T]]
+BlockMapper = Callable[[AssembledBlock], list[T]]
 """Turns an assembled block into drafts."""
 
 
@@ -127,7 +141,9 @@ class StreamAssembler(Generic[T]):
         """How many blocks are open."""
         return len(self._open)
 
-    def start(self, index: int, block: dict[str, Any], raw: bytes | None = None) -> list[T]:
+    def start(
+        self, index: int, block: dict[str, Any], raw: bytes | msgspec.Raw | None = None
+    ) -> list[T]:
         """Open a block; a block still open at the same index is closed incomplete first."""
         out = self._close(index, complete=False) if index in self._open else []
         self._open[index] = OpenBlock(index, block, raw)
@@ -154,4 +170,4 @@ class StreamAssembler(Generic[T]):
         return out
 
     def _close(self, index: int, *, complete: bool) -> list[T]:
-        return list(self._mapper(self._open.pop(index).assemble(complete=complete)))
+        return self._mapper(self._open.pop(index).assemble(complete=complete))

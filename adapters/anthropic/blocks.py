@@ -221,12 +221,14 @@ class BlockMapper:
         self, assembled: AssembledBlock, *, version: str = "", bound: bool = False
     ) -> ProviderPayload:
         """The block's payload: `partial` when cut or unparsed, else `content_block`."""
-        raw = assembled.raw
+        raw: bytes
         if assembled.unparsed:
             extra = {"partial_json": "".join(assembled.unparsed.values())}
             raw = _encode({**assembled.block, **extra})
-        elif raw is None:
+        elif assembled.raw is None:
             raw = _encode(assembled.block)
+        else:
+            raw = bytes(assembled.raw)  # a copy: the payload must not pin a larger buffer
         complete = assembled.complete and not assembled.unparsed
         return ProviderPayload(
             provider=PROVIDER,
@@ -256,7 +258,7 @@ class BlockMapper:
             AssistantText(
                 response_id=self.response_id,
                 text=text,
-                attributions=tuple(_attribution(c) for c in citations or ()),
+                attributions=tuple(map(_attribution, citations)) if citations else (),
                 attributions_complete=assembled.complete,
             )
         ]

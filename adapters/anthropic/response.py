@@ -46,7 +46,7 @@ MESSAGE_FIELDS: Final = frozenset(
 _OBJECT: Final = msgspec.json.Decoder(dict[str, Any])
 _RAW_LIST: Final = msgspec.json.Decoder(list[msgspec.Raw])
 _ANY: Final = msgspec.json.Decoder()
-_NULL: Final = b"null"
+_NULL: Final = msgspec.Raw(b"null")
 
 
 def decode_field(raw: msgspec.Raw | None) -> Any:
@@ -106,21 +106,20 @@ def usage_of(counters: Mapping[str, Any]) -> Usage:
     tokens: dict[str, int] = {}
     hosted: dict[str, int] = {}
     other: dict[str, int] = {}
-
-    def walk(prefix: str, values: Mapping[str, Any]) -> None:
+    pending = [("", counters)]
+    while pending:
+        prefix, values = pending.pop()
         for name, value in values.items():
-            key = prefix + name
-            if isinstance(value, dict):
-                walk(key + ".", value)
-            elif type(value) is int:
+            if type(value) is int:
+                key = prefix + name
                 if key in USAGE_TOKENS:
                     tokens[USAGE_TOKENS[key]] = value
-                elif key.startswith("server_tool_use."):
-                    hosted[key.removeprefix("server_tool_use.")] = value
+                elif prefix == "server_tool_use.":
+                    hosted[name] = value
                 else:
                     other[key] = value
-
-    walk("", counters)
+            elif isinstance(value, dict):
+                pending.append((f"{prefix}{name}.", value))
     return Usage(**tokens, hosted=hosted, other=other)
 
 
@@ -143,7 +142,7 @@ class ResponseHead:
     def keep(self, fields: Mapping[str, msgspec.Raw], modelled: frozenset[str]) -> None:
         """Remember the non-null fields the events do not model."""
         for name, raw in fields.items():
-            if name not in modelled and bytes(raw) != _NULL:
+            if name not in modelled and raw != _NULL:
                 self.extras[name] = raw
 
     def started(self) -> ResponseStarted:

@@ -48,22 +48,23 @@ _VALID: Final = msgspec.json.Decoder(msgspec.Raw)
 _DELTA_FIELDS: Final = frozenset({"stop_reason"})
 
 
+def _no_blocks(assembled: AssembledBlock) -> list[Event]:
+    raise AssertionError("a block closed before message_start")  # pragma: no cover
+
+
 class StreamDecoder:
     """Turns the `data` of each SSE event into drafts; `done` once the response ended."""
 
     def __init__(self, context: RequestContext) -> None:
         self.context = context
         self.head: ResponseHead | None = None
-        self.assembler: StreamAssembler[Event] = StreamAssembler(DELTAS, self._map)
+        # Replaced at message_start: no block can open before it.
+        self.assembler: StreamAssembler[Event] = StreamAssembler(DELTAS, _no_blocks)
         self.stop_reason: str | None = None
         self.done = False
         """True once the response ended: later input is not read."""
         self._early: list[bytes] = []
         """Unknown events before message_start, kept until the response opens."""
-
-    def _map(self, assembled: AssembledBlock) -> list[Event]:
-        assert self.head is not None  # blocks open only after message_start
-        return self.head.mapper(assembled)
 
     def feed(self, data: str) -> Sequence[Event]:
         """The drafts one event's data completes."""
@@ -125,6 +126,7 @@ class StreamDecoder:
         if not isinstance(message_id, str) or not message_id:
             raise DecodeError("not an Anthropic stream: message_start without a message id")
         head = self.head = ResponseHead(message_id, fields, self.context)
+        self.assembler = StreamAssembler(DELTAS, head.mapper)
         out: list[Event] = [head.started()]
         out.extend(head.mapper.unknown_value(early, "stream_event") for early in self._early)
         self._early = []
@@ -136,7 +138,7 @@ class StreamDecoder:
         return out
 
     def _block_start(self, event: BlockStart, data: str) -> Sequence[Event]:
-        raw = bytes(event.content_block)
+        raw = event.content_block
         try:
             block = _OBJECT.decode(raw)
         except msgspec.ValidationError:
