@@ -798,3 +798,51 @@ def test_arbitrary_event_sequences_give_valid_drafts(datas: list[str]) -> None:
     events = decode_or_refuse([body])
     if events is not None:
         record(events)
+
+
+def test_unreadable_bytes_mid_stream_abandon_the_response() -> None:
+    head = sse(
+        START, block(0, {"type": "text", "text": ""}), delta(0, type="text_delta", text="ok")
+    )
+    events = list(decode_stream([head, b"data: \xff\xfe\n\n"]))
+    end = events[-1]
+    assert isinstance(end, ResponseEnded) and end.state == "abandoned"
+    assert end.error is not None and end.error.type == "malformed_stream"
+    assert isinstance(events[1], AssistantText) and events[1].text == "ok"
+    with pytest.raises(DecodeError):
+        list(decode_stream([b"data: \xff\n\n", head]))
+
+
+def test_drafts_come_out_as_blocks_close() -> None:
+    """Memory stays flat: each block's drafts are yielded before the rest is read."""
+    consumed = 0
+
+    def chunks() -> Iterator[bytes]:
+        nonlocal consumed
+        yield sse(START)
+        for index in range(2_000):
+            consumed = index
+            yield sse(
+                block(index, {"type": "text", "text": ""}),
+                delta(index, type="text_delta", text=f"block {index}"),
+                stop(index),
+            )
+        yield sse({"type": "message_stop"})
+
+    stream = decode_stream(chunks())
+    assert isinstance(next(stream), ResponseStarted)
+    first = next(stream)
+    assert isinstance(first, AssistantText) and first.text == "block 0" and consumed == 0
+    assert sum(isinstance(e, AssistantText) for e in stream) == 1_999
+
+
+def test_a_json_body_in_chunks_and_with_a_bom() -> None:
+    message = {"id": "msg_4", "type": "message", "content": [{"type": "text", "text": "hi"}]}
+    body = b"\xef\xbb\xbf" + json.dumps(message).encode()
+    events = list(detect_and_decode(iter([body[:3], body[3:5], body[5:]])))
+    assert kinds(events) == ["ResponseStarted", "AssistantText", "ResponseEnded"]
+
+
+def test_a_stream_of_only_unknown_events_is_not_a_response() -> None:
+    with pytest.raises(DecodeError, match="no message_start"):
+        list(decode_stream([sse(*[{"type": "mystery"}] * 100, START)]))

@@ -15,6 +15,7 @@ from typing import Any, Final
 
 import msgspec
 
+from convstore.adapters.anthropic.citations import attribution
 from convstore.adapters.anthropic.context import PROVIDER, RequestContext
 from convstore.adapters.assembler import AssembledBlock
 from convstore.domain.events import (
@@ -27,12 +28,9 @@ from convstore.domain.events import (
 )
 from convstore.domain.vocabulary import (
     ActivityId,
-    Attribution,
     CallId,
-    Location,
     ProviderPayload,
     ResponseId,
-    Source,
 )
 
 __all__ = ["BlockMapper"]
@@ -61,66 +59,6 @@ def _need_str(d: Mapping[str, Any], key: str) -> str:
 
 def _encode(value: Any) -> bytes:
     return msgspec.json.encode(value)
-
-
-# --- citations -------------------------------------------------------------------------------
-
-
-def _location(c: Mapping[str, Any], unit: Any, start: str, end: str, doc: str) -> Location | None:
-    first, last = _int(c, start), _int(c, end)
-    if first is None or last is None:
-        return None
-    return Location(unit=unit, start=first, end=last, document_index=_int(c, doc))
-
-
-def _document(unit: str, start: str, end: str) -> Callable[[Mapping[str, Any]], Source]:
-    def source(c: Mapping[str, Any]) -> Source:
-        return Source(
-            kind="document",
-            title=_str(c, "document_title"),
-            id=_str(c, "file_id"),
-            location=_location(c, unit, start, end, "document_index"),
-        )
-
-    return source
-
-
-CITATION_SOURCES: Final[Mapping[str, Callable[[Mapping[str, Any]], Source]]] = {
-    "web_search_result_location": lambda c: Source(
-        kind="web", url=_str(c, "url"), title=_str(c, "title")
-    ),
-    "char_location": _document("char", "start_char_index", "end_char_index"),
-    "page_location": _document("page", "start_page_number", "end_page_number"),
-    "content_block_location": _document("block", "start_block_index", "end_block_index"),
-    "search_result_location": lambda c: Source(
-        kind="search_result",
-        url=_str(c, "source"),
-        title=_str(c, "title"),
-        location=_location(
-            c, "block", "start_block_index", "end_block_index", "search_result_index"
-        ),
-    ),
-}
-"""Citation type → the Source it points at. An unknown type keeps its replay value."""
-
-
-def _attribution(citation: Any) -> Attribution:
-    if isinstance(citation, msgspec.Raw):
-        raw = bytes(citation)
-        citation = msgspec.json.decode(raw)
-    else:
-        raw = _encode(citation)
-    replay = ProviderPayload(provider=PROVIDER, format="citation", value=msgspec.Raw(raw))
-    if not isinstance(citation, dict):
-        return Attribution(source=Source(kind="document"), replay=replay)
-    kind = citation.get("type")
-    to_source = CITATION_SOURCES.get(kind) if isinstance(kind, str) else None
-    source = (
-        to_source(citation)
-        if to_source is not None
-        else Source(kind="document", url=_str(citation, "url"), title=_str(citation, "title"))
-    )
-    return Attribution(source=source, excerpt=_str(citation, "cited_text"), replay=replay)
 
 
 # --- hosted activity: inputs and outcomes ----------------------------------------------------
@@ -234,7 +172,7 @@ class BlockMapper:
             provider=PROVIDER,
             format="content_block" if complete else "partial",
             version=version,
-            binding=self._binding if bound else {},
+            binding=dict(self._binding) if bound else {},
             value=msgspec.Raw(raw),
         )
 
@@ -258,7 +196,7 @@ class BlockMapper:
             AssistantText(
                 response_id=self.response_id,
                 text=text,
-                attributions=tuple(map(_attribution, citations)) if citations else (),
+                attributions=tuple(map(attribution, citations)) if citations else (),
                 attributions_complete=assembled.complete,
             )
         ]
@@ -274,9 +212,11 @@ class BlockMapper:
     def _redacted(self, assembled: AssembledBlock) -> list[Event]:
         if not isinstance(assembled.block.get("data"), str):
             raise _Malformed("data")
+        payload = None
         # The data arrives whole in the start event: only a delta could leave it partial.
-        whole = assembled.complete or assembled.raw is not None
-        payload = self.payload(_as_complete(assembled), bound=True) if whole else None
+        if assembled.complete or assembled.raw is not None:
+            whole = msgspec.structs.replace(assembled, complete=True)
+            payload = self.payload(whole, bound=True)
         return [Reasoning(response_id=self.response_id, redacted=True, payload=payload)]
 
     def _tool_use(self, assembled: AssembledBlock) -> list[Event]:
@@ -357,10 +297,6 @@ class BlockMapper:
                 payload=self.payload(assembled, version=version, bound=True),
             )
         ]
-
-
-def _as_complete(assembled: AssembledBlock) -> AssembledBlock:
-    return AssembledBlock(assembled.index, assembled.block, assembled.raw, True)
 
 
 _BLOCKS: Final[Mapping[str, Callable[[BlockMapper, AssembledBlock], list[Event]]]] = {

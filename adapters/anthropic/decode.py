@@ -137,7 +137,7 @@ def detect_and_decode(
                 break
     if head.lstrip().removeprefix(_BOM).lstrip().startswith(_SSE_START):
         return decode_stream(chain((head,), chunks), request=request)
-    whole = head + b"".join(chunks)
+    whole = (head + b"".join(chunks)).removeprefix(_BOM)
     try:
         return iter(decode_message(whole, request=request, status=status))
     except DecodeError:

@@ -132,7 +132,7 @@ class ResponseHead:
         model = decode_field(fields.get("model"))
         usage = decode_field(fields.get("usage"))
         self.response_id = ResponseId(message_id)
-        self.model = model if isinstance(model, str) else ""
+        self.model = model if isinstance(model, str) and model else context.model
         self.context = context
         self.usage: dict[str, Any] = usage if isinstance(usage, dict) else {}
         self.extras: dict[str, msgspec.Raw] = {}

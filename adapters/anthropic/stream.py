@@ -42,6 +42,9 @@ from convstore.domain.vocabulary import EndState, ErrorInfo
 
 __all__ = ["StreamDecoder"]
 
+MAX_EARLY_EVENTS: Final = 64
+"""Unknown events kept before `message_start`; a stream with more is not a response."""
+
 _NOTHING: Final[Sequence[Event]] = ()
 _OBJECT: Final = msgspec.json.Decoder(dict[str, Any])
 _VALID: Final = msgspec.json.Decoder(msgspec.Raw)
@@ -114,6 +117,11 @@ class StreamDecoder:
 
     def _unknown(self, data: str) -> Sequence[Event]:
         if self.head is None:
+            if len(self._early) >= MAX_EARLY_EVENTS:
+                raise DecodeError(
+                    f"not an Anthropic stream: no message_start in its first {MAX_EARLY_EVENTS} "
+                    "events"
+                )
             self._early.append(data.strip().encode())
             return _NOTHING
         return [self.head.mapper.unknown_value(data.strip().encode(), "stream_event")]
