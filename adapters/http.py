@@ -13,8 +13,9 @@ into either a stream of decoded body bytes or one typed error, and never leak a 
 - **Bodies** are read as raw bytes and decoded here, not by httpx (whose decoders inflate
   a whole network chunk at once): gzip (multi-member too) and deflate (zlib-wrapped or
   raw) are inflated in pieces of at most 64 KiB, and the decoded total is counted as it
-  streams. Past `max_body_bytes` (default 256 MiB) the body is stopped with a
-  `DecodeError`, so a compression bomb costs bounded memory. We ask for `gzip, deflate`
+  streams. Past `max_body_bytes` (default 256 MiB; 1 MiB for an error answer's body,
+  which is held whole) the body is stopped with a `DecodeError`, so a compression bomb
+  costs bounded memory. We ask for `gzip, deflate`
   only; any other content coding is refused with a `DecodeError`.
 - **Secrets**: the values of `x-api-key`, `authorization`, `x-goog-api-key` and `api-key`
   request headers are scrubbed from every message and error body this module produces;
@@ -58,6 +59,7 @@ from convstore.domain.errors import ConfigurationError, ConvstoreError, DecodeEr
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
+    "MAX_ERROR_BODY_BYTES",
     "SECRET_HEADERS",
     "HTTPStream",
     "ProviderError",
@@ -72,6 +74,9 @@ __all__ = [
 
 DEFAULT_MAX_BODY_BYTES: Final = 256 * 1024 * 1024
 """The default cap on one decoded response body."""
+
+MAX_ERROR_BODY_BYTES: Final = 1024 * 1024
+"""The cap on an error answer's decoded body (it is held in memory whole)."""
 
 SECRET_HEADERS: Final = frozenset({"x-api-key", "authorization", "x-goog-api-key", "api-key"})
 """Request headers whose values never appear in a message, a log line or an error body."""
@@ -543,7 +548,7 @@ class Transport:
             stream = HTTPStream(
                 response,
                 attempts=0,
-                max_body_bytes=self.max_body_bytes,
+                max_body_bytes=min(self.max_body_bytes, MAX_ERROR_BODY_BYTES),
                 timeouts=self.timeouts,
                 scrubber=scrubber,
             )

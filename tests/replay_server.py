@@ -18,6 +18,7 @@ import contextlib
 import json
 import socket
 import struct
+import sys
 import threading
 import time
 import zlib
@@ -236,6 +237,11 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = False
     replay: ReplayServer
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away (e.g. it stopped reading at a cap) is not an error."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
 
 class ReplayServer:
     """Serves scripted replies on 127.0.0.1 (a free port) from a background thread."""
@@ -249,7 +255,7 @@ class ReplayServer:
         host, port = self._server.server_address[:2]
         self.url = f"http://{host!s}:{port}"
         self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
         )
 
     def __enter__(self) -> ReplayServer:

@@ -20,6 +20,7 @@ import pytest
 
 from convstore.adapters.http import (
     DEFAULT_MAX_BODY_BYTES,
+    MAX_ERROR_BODY_BYTES,
     ProviderHTTPError,
     ProviderUnavailable,
     RetryPolicy,
@@ -267,6 +268,21 @@ def test_a_gzip_bomb_stops_at_the_cap_with_bounded_memory(server: ReplayServer) 
     assert received == stream.received == DEFAULT_MAX_BODY_BYTES
     assert peak < 4 * 1024 * 1024, f"peak traced memory {peak} bytes"
     assert "compression bomb" in str(caught.value)
+    assert len(server.requests) == 1
+
+
+def test_a_bomb_in_an_error_answer_stops_at_the_error_body_cap(server: ReplayServer) -> None:
+    server.enqueue(
+        Reply(status=500, body=lambda: gzip_bomb(1024**3), headers={"content-encoding": "gzip"})
+    )
+    tracemalloc.start()
+    try:
+        with transport() as t, pytest.raises(DecodeError, match="max_body_bytes = 1048576"):
+            fetch(t, server.url)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * MAX_ERROR_BODY_BYTES
     assert len(server.requests) == 1
 
 
