@@ -453,6 +453,8 @@ class PostgresSubscription(ListenNotifySubscription[PostgresRecorder]):
         try:
             with translating(), psycopg.connect(recorder.dsn, autocommit=True) as connection:
                 connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(recorder.channel)))
+                # An append committed between the first pull and LISTEN sent no wake-up.
+                self._has_been_notified.set()
                 while not self._has_been_stopped and not self._thread_error:
                     # A short timeout so a stop is noticed; the payload does not matter.
                     for _ in connection.notifies(timeout=0.1, stop_after=1):

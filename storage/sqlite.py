@@ -24,6 +24,10 @@ from convstore.storage.recorder import ConversationRecorder, FirstEvent, Snapsho
 BUSY_TIMEOUT_MS = 5000
 """How long a writer waits for another's lock before a typed OperationalError."""
 
+PAGE_SIZE = 8192
+"""Page size of a new database file. Events of about a KiB leave on average half an event
+unused at the end of each page: 15 % of a 4 KiB page, 7 % of an 8 KiB one."""
+
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS topics (id INTEGER PRIMARY KEY, topic TEXT NOT NULL UNIQUE)",
     "CREATE TABLE IF NOT EXISTS events ("
@@ -73,6 +77,7 @@ class SQLiteRecorder(ConversationRecorder):
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         with translating():
             connection = self._connection()
+            connection.execute(f"PRAGMA page_size={PAGE_SIZE}")  # a no-op once the file exists
             connection.execute("PRAGMA journal_mode=WAL")
             with self._transaction() as cursor:
                 for statement in _SCHEMA:
