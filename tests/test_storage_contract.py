@@ -42,6 +42,7 @@ from convstore.domain import (
     ConversationId,
     ProviderPayload,
     ResponseEnded,
+    ResponseId,
     ResponseStarted,
     Started,
     UnknownArtifact,
@@ -184,6 +185,9 @@ PAYLOAD_VALUES = (
     b"null",
     MEGABYTE_VALUE,
 )
+
+
+R1 = ResponseId("r1")
 
 
 def _message(text: str = "hello") -> UserMessage:
@@ -336,9 +340,9 @@ class TestStoreContract:
             store.service.append(
                 cid,
                 [
-                    ResponseStarted(response_id="r1", provider="acme"),
-                    *(UnknownArtifact(payload=p, response_id="r1") for p in payloads),
-                    ResponseEnded(response_id="r1", state="completed"),
+                    ResponseStarted(response_id=R1, provider="acme"),
+                    *(UnknownArtifact(payload=p, response_id=R1) for p in payloads),
+                    ResponseEnded(response_id=R1, state="completed"),
                 ],
             )
         with open_store(store_url) as reopened:  # a new connection reads it back

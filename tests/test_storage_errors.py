@@ -13,7 +13,9 @@ from convstore.domain.errors import StorageError
 from convstore.storage import errors
 from convstore.storage.errors import translate, translating
 
-SQLITE = [
+Table = list[tuple[type[Exception], type[StorageError]]]
+
+SQLITE: Table = [
     (sqlite3.IntegrityError, errors.IntegrityError),
     (sqlite3.OperationalError, errors.OperationalError),  # "database is locked"
     (sqlite3.InterfaceError, errors.InterfaceError),
@@ -25,7 +27,7 @@ SQLITE = [
     (sqlite3.Error, errors.OperationalError),
 ]
 
-PSYCOPG = [
+PSYCOPG: Table = [
     (pg.UniqueViolation, errors.IntegrityError),  # a version or tracking position taken
     (pg.ForeignKeyViolation, errors.IntegrityError),
     (pg.NotNullViolation, errors.IntegrityError),
