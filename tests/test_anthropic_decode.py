@@ -846,3 +846,87 @@ def test_a_json_body_in_chunks_and_with_a_bom() -> None:
 def test_a_stream_of_only_unknown_events_is_not_a_response() -> None:
     with pytest.raises(DecodeError, match="no message_start"):
         list(decode_stream([sse(*[{"type": "mystery"}] * 100, START)]))
+
+
+def huge(value: Any) -> str:
+    """JSON with 1e400 wherever `value` says HUGE."""
+    return json.dumps(value).replace('"HUGE"', "1e400")
+
+
+def test_numbers_out_of_range_are_kept_not_raised() -> None:
+    """1e400 is well-formed JSON that msgspec will not decode: never a crash."""
+    message = {"id": "m", "model": "HUGE", "usage": {"x": "HUGE"}}
+    ending = {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"a": "HUGE"}}
+    body = sse(
+        huge({"type": "message_start", "message": message}),
+        block(0, {"type": "text", "text": ""}),
+        huge(delta(0, type="citations_delta", citation={"a": "HUGE"})),
+        stop(0),
+        huge(block(1, {"type": "x", "n": "HUGE"})),
+        huge(ending),
+        {"type": "message_stop"},
+    )
+    events = list(decode_stream([body]))
+    assert kinds(events) == [
+        "ResponseStarted",
+        "AssistantText",
+        "UnknownArtifact",
+        "UnknownArtifact",
+        "ResponseEnded",
+    ]
+    text = events[1]
+    assert isinstance(text, AssistantText) and text.attributions[0].replay is not None
+    assert text.attributions[0].replay.raw == b'{"a": 1e400}'
+    record(events)
+    whole = huge({"id": "m", "type": "message", "usage": "HUGE", "content": [{"n": "HUGE"}]})
+    assert kinds(decode_message(whole.encode())) == [
+        "ResponseStarted",
+        "UnknownArtifact",
+        "ResponseEnded",
+    ]
+    with pytest.raises(DecodeError):
+        RequestContext.from_body(huge({"max_tokens": "HUGE"}).encode())
+
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+BLOCK_TYPES = [
+    "text", "thinking", "redacted_thinking", "tool_use", "server_tool_use", "mcp_tool_use",
+    "mcp_tool_result", "web_search_tool_result", "web_fetch_tool_result",
+    "bash_code_execution_tool_result", "future_tool_result", "quantum_widget",
+]  # fmt: skip
+FIELDS = ["id", "name", "input", "text", "thinking", "signature", "data", "citations",
+          "content", "tool_use_id", "is_error", "server_name"]  # fmt: skip
+
+
+@st.composite
+def odd_blocks(draw: st.DrawFn) -> dict[str, Any]:
+    """Blocks of known types whose fields hold any JSON at all."""
+    fields = draw(st.dictionaries(st.sampled_from(FIELDS), JSON_VALUES, max_size=6))
+    if draw(st.booleans()):
+        fields["content"] = {"type": draw(JSON_VALUES), "error_code": draw(JSON_VALUES)}
+    return {"type": draw(st.sampled_from(BLOCK_TYPES)), **fields}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(odd_blocks(), max_size=6), st.booleans())
+def test_blocks_of_any_shape_give_valid_drafts(blocks: list[dict[str, Any]], cut: bool) -> None:
+    whole = {"id": "msg_odd", "type": "message", "content": blocks}
+    record(decode_message(json.dumps(whole).encode()))
+    events: list[dict[str, Any] | str] = [START]
+    for index, content in enumerate(blocks):
+        events.append(block(index, content))
+        events.append(delta(index, type="citations_delta", citation={"type": "char_location"}))
+        events.append(delta(index, type="input_json_delta", partial_json='{"k": 1}'))
+        if not cut:
+            events.append(stop(index))
+    record(list(decode_stream([sse(*events)])))

@@ -70,7 +70,10 @@ def attribution(citation: Any) -> Attribution:
     """The Attribution of one citation (decoded, or raw as a citations delta brought it)."""
     if isinstance(citation, msgspec.Raw):
         raw = bytes(citation)
-        citation = msgspec.json.decode(raw)
+        try:
+            citation = msgspec.json.decode(raw)
+        except msgspec.DecodeError:  # well-formed, but a number out of range
+            citation = None
     else:
         raw = msgspec.json.encode(citation)
     replay = ProviderPayload(provider=PROVIDER, format="citation", value=msgspec.Raw(raw))

@@ -50,8 +50,13 @@ _NULL: Final = msgspec.Raw(b"null")
 
 
 def decode_field(raw: msgspec.Raw | None) -> Any:
-    """A field kept raw, decoded (None when absent)."""
-    return None if raw is None else _ANY.decode(raw)
+    """A field kept raw, decoded; None when absent or undecodable (a number out of range)."""
+    if raw is None:
+        return None
+    try:
+        return _ANY.decode(raw)
+    except msgspec.DecodeError:
+        return None
 
 
 def derived_id(body: bytes) -> ResponseId:
