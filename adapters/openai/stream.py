@@ -1,0 +1,299 @@
+"""The state of one Responses API SSE stream, event by event.
+
+`response.created` (or the first event that carries the response object) opens the
+response. Output items are the shared assembler's blocks, keyed by `output_index`:
+`response.output_item.added` starts one, the delta events of `wire.DELTAS` assemble it,
+and `response.output_item.done` closes it. That event carries the item whole, so the item
+is mapped exactly as it came (its bytes kept) instead of the assembly, which only serves a
+stream cut before the item closed. `response.completed` and `response.incomplete`
+complete the response, `response.failed` or an `error` event fail it, and `end()`
+abandons it when the stream stops early or becomes unreadable. At a final event, an item
+still open is closed with its copy in the final response's `output` when there is one,
+and items the stream never announced are mapped from there too; what is left open is
+handed to the mapper as cut, which applies the partial-commit rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+import msgspec
+
+from convstore.adapters.assembler import AssembledBlock, StreamAssembler
+from convstore.adapters.openai.context import RequestContext
+from convstore.adapters.openai.response import (
+    ResponseHead,
+    decode_field,
+    derived_id,
+    error_info,
+    failed_response,
+    map_whole,
+    output_items,
+)
+from convstore.adapters.openai.wire import DELTAS, EVENT, STATUS_EVENTS, StreamEvent
+from convstore.domain.errors import DecodeError
+from convstore.domain.events import Event
+from convstore.domain.vocabulary import EndState, ErrorInfo
+
+__all__ = ["TERMINAL_STATUS", "StreamDecoder"]
+
+_NOTHING: Final[Sequence[Event]] = ()
+_OBJECT: Final = msgspec.json.Decoder(dict[str, Any])
+_FIELDS: Final = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_VALID: Final = msgspec.json.Decoder(msgspec.Raw)
+
+TERMINAL_STATUS: Final[Mapping[str, str]] = {
+    "response.completed": "completed",
+    "response.incomplete": "incomplete",
+    "response.failed": "failed",
+}
+"""Final event type → the status its response object has (used when it names none)."""
+
+_OPENING: Final = frozenset({"response.created", "response.in_progress", "response.queued"})
+_IGNORED: Final = frozenset({"keepalive"})
+"""Events that carry nothing to keep."""
+
+
+class StreamDecoder:
+    """Turns the `data` of each SSE event into drafts; `done` once the response ended."""
+
+    def __init__(self, context: RequestContext) -> None:
+        self.context = context
+        self.head: ResponseHead | None = None
+        self.assembler: StreamAssembler[Event] = StreamAssembler(DELTAS, self._map)
+        self.done = False
+        """True once the response ended: later input is not read."""
+        self._early: list[bytes] = []
+        """Unknown events before the response opened, kept until it does."""
+        self._open: set[int] = set()
+        """Output indexes of the items under assembly."""
+        self._final: dict[int, tuple[dict[str, Any], bytes]] = {}
+        """Items that came whole (`output_item.done`, a final `output`), waiting to close
+        their block in place of its assembly."""
+        self._mapped: set[int] = set()
+        """Output indexes already mapped."""
+
+    def _map(self, assembled: AssembledBlock) -> list[Event]:
+        assert self.head is not None  # items open only once the response is open
+        index = assembled.index
+        self._open.discard(index)
+        self._mapped.add(index)
+        final = self._final.pop(index, None)
+        if final is not None:
+            assembled = AssembledBlock(index, final[0], final[1], True)
+        return self.head.mapper(assembled)
+
+    def feed(self, data: str) -> Sequence[Event]:
+        """The drafts one event's data completes."""
+        if self.done:
+            return _NOTHING
+        try:
+            event = EVENT.decode(data)
+        except msgspec.ValidationError:
+            # An unexpected shape, if the data is JSON at all (validation can stop before
+            # a syntax error further on).
+            try:
+                _VALID.decode(data)
+            except (msgspec.DecodeError, RecursionError) as error:
+                return self._malformed(data, error)
+            return self._unknown(data)
+        except (msgspec.DecodeError, RecursionError) as error:
+            return self._malformed(data, error)
+        kind = event.type
+        head = self.head
+        if head is not None:
+            index = event.output_index
+            if kind in DELTAS and index is not None:  # the hot path
+                if self.assembler.delta(index, kind, event):
+                    return _NOTHING
+                return self._stray(event, data)
+            handler = _HANDLERS.get(kind)
+            if handler is not None:
+                return handler(self, event, data)
+            if kind in _IGNORED:
+                return _NOTHING
+            return self._unknown(data)
+        return self._before_start(event, data)
+
+    def end(self, kind: str, message: str) -> Sequence[Event]:
+        """The stream stopped without a final event: abandon the response (DecodeError if
+        it never started)."""
+        if self.done:
+            return _NOTHING
+        if self.head is None:
+            raise DecodeError(f"not an OpenAI response: {message} before response.created")
+        return self._close("abandoned", None, ErrorInfo(type=kind, message=message))
+
+    # --- outside the items ---
+
+    def _malformed(self, data: str, error: Exception) -> Sequence[Event]:
+        if data.strip() == "[DONE]":
+            return self.end("incomplete_stream", "the stream ended ([DONE]) before its final event")
+        return self.end("malformed_stream", f"malformed JSON in an event's data: {error}")
+
+    def _unknown(self, data: str) -> Sequence[Event]:
+        if self.head is None:
+            self._early.append(data.strip().encode())
+            return _NOTHING
+        return [self.head.mapper.unknown_value(data.strip().encode(), "stream_event")]
+
+    def _before_start(self, event: StreamEvent, data: str) -> Sequence[Event]:
+        kind = event.type
+        if kind in _OPENING or kind in TERMINAL_STATUS:
+            out = self._open_response(event)
+            if kind in TERMINAL_STATUS:
+                out.extend(self._terminal(event, data))
+            return out
+        if kind == "error":
+            self.done = True
+            return failed_response(
+                derived_id(data.strip().encode()), self.context, self._error_info(event)
+            )
+        if kind in DELTAS or kind in _HANDLERS:
+            raise DecodeError(f"not an OpenAI stream: {kind} before response.created")
+        if kind in _IGNORED:
+            return _NOTHING
+        return self._unknown(data)
+
+    def _open_response(self, event: StreamEvent) -> list[Event]:
+        try:
+            fields = _FIELDS.decode(event.response) if event.response else None
+        except msgspec.ValidationError:
+            fields = None
+        response_id = decode_field(fields.get("id")) if fields is not None else None
+        if fields is None or not isinstance(response_id, str) or not response_id:
+            raise DecodeError(f"not an OpenAI stream: {event.type} without a response id")
+        head = self.head = ResponseHead(response_id, fields, self.context)
+        out: list[Event] = [head.started()]
+        out.extend(head.mapper.unknown_value(early, "stream_event") for early in self._early)
+        self._early = []
+        return out
+
+    def _response_update(self, event: StreamEvent, data: str) -> Sequence[Event]:
+        assert self.head is not None
+        fields = self._fields(event)
+        if fields is None:
+            return self._unknown(data)
+        self.head.update(fields)
+        return _NOTHING
+
+    def _fields(self, event: StreamEvent) -> dict[str, msgspec.Raw] | None:
+        try:
+            return _FIELDS.decode(event.response) if event.response else None
+        except msgspec.ValidationError:
+            return None
+
+    # --- items ---
+
+    def _item_added(self, event: StreamEvent, data: str) -> Sequence[Event]:
+        index, raw = event.output_index, bytes(event.item)
+        item = self._item(raw)
+        if index is None or item is None or index in self._mapped:
+            return self._unknown(data)
+        out = self.assembler.start(index, item, raw)
+        self._open.add(index)
+        return out
+
+    def _item_done(self, event: StreamEvent, data: str) -> Sequence[Event]:
+        assert self.head is not None
+        index, raw = event.output_index, bytes(event.item)
+        item = self._item(raw)
+        if index is None or item is None or index in self._mapped:
+            return self._unknown(data)
+        if index not in self._open:  # never announced: mapped as it came
+            self._mapped.add(index)
+            return self.head.mapper(AssembledBlock(index, item, raw))
+        self._final[index] = (item, raw)
+        return self.assembler.stop(index)
+
+    def _item(self, raw: bytes) -> dict[str, Any] | None:
+        if not raw:
+            return None
+        try:
+            return _OBJECT.decode(raw)
+        except msgspec.ValidationError:
+            return None
+
+    def _stray(self, event: StreamEvent, data: str) -> Sequence[Event]:
+        """A delta no open item took: a progress event may announce its item (when
+        `output_item.added` never came); anything else is kept as it came."""
+        opens = STATUS_EVENTS.get(event.type)
+        index = event.output_index
+        if (
+            opens is not None
+            and index is not None
+            and event.item_id
+            and index not in self._open
+            and index not in self._mapped
+        ):
+            item = {"id": event.item_id, "type": opens[0], "status": opens[1]}
+            out = self.assembler.start(index, item)
+            self._open.add(index)
+            return out
+        return self._unknown(data)
+
+    # --- the end ---
+
+    def _terminal(self, event: StreamEvent, data: str) -> Sequence[Event]:
+        assert self.head is not None
+        head = self.head
+        fields = self._fields(event)
+        if fields is not None:
+            head.update(fields)
+            if "status" not in fields:
+                head.status = TERMINAL_STATUS[event.type]
+            try:
+                items = output_items(fields.get("output"))
+            except msgspec.ValidationError:
+                items = []
+            for index, raw in enumerate(items):
+                value = bytes(raw)
+                item = self._item(value)
+                if index not in self._mapped and item is not None:
+                    self._final[index] = (item, value)
+        else:
+            head.status = TERMINAL_STATUS[event.type]
+        state, stop_reason, error = head.outcome()
+        return self._close(state, stop_reason, error)
+
+    def _error(self, event: StreamEvent, data: str) -> Sequence[Event]:
+        return self._close("failed", None, self._error_info(event))
+
+    def _error_info(self, event: StreamEvent) -> ErrorInfo:
+        if isinstance(event.error, dict):
+            return error_info(event.error)
+        return error_info({"code": event.code, "message": event.message})
+
+    def _close(
+        self, state: EndState, stop_reason: str | None, error: ErrorInfo | None
+    ) -> list[Event]:
+        assert self.head is not None
+        self.done = True
+        out: list[Event] = []
+        # Items that came whole with the final event, in order: closing an open one
+        # maps the whole copy; one never announced is mapped as it came.
+        for index in sorted(self._final):
+            if index in self._open:
+                out.extend(self.assembler.stop(index))
+            else:
+                _, raw = self._final.pop(index)
+                self._mapped.add(index)
+                out.extend(map_whole(self.head.mapper, index, raw))
+        out.extend(self.assembler.finish(cut=True))
+        out.extend(self.head.ended(state, stop_reason, error))
+        return out
+
+
+_HANDLERS: Final[Mapping[str, Callable[[StreamDecoder, StreamEvent, str], Sequence[Event]]]] = {
+    "response.created": StreamDecoder._response_update,
+    "response.in_progress": StreamDecoder._response_update,
+    "response.queued": StreamDecoder._response_update,
+    "response.output_item.added": StreamDecoder._item_added,
+    "response.output_item.done": StreamDecoder._item_done,
+    "response.completed": StreamDecoder._terminal,
+    "response.incomplete": StreamDecoder._terminal,
+    "response.failed": StreamDecoder._terminal,
+    "error": StreamDecoder._error,
+}
+"""Stream event type (outside `wire.DELTAS`) → its handler once the response is open."""
