@@ -83,15 +83,14 @@ class StreamDecoder:
             return self._unknown(data)
         except (msgspec.DecodeError, RecursionError) as error:
             return self.end("malformed_stream", f"malformed JSON in an event's data: {error}")
-        kind = type(event)
-        if kind is BlockDelta and self.head is not None:  # the hot path, inlined
-            delta = event.delta  # type: ignore[union-attr]
-            if self.assembler.delta(event.index, delta.type, delta):  # type: ignore[union-attr]
+        if isinstance(event, BlockDelta) and self.head is not None:  # the hot path, inlined
+            delta = event.delta
+            if self.assembler.delta(event.index, delta.type, delta):
                 return _NOTHING
             return self._unknown(data)
         if self.head is None:
             return self._before_start(event, data)
-        return _HANDLERS[kind](self, event, data)
+        return _HANDLERS[type(event)](self, event, data)
 
     def end(self, kind: str, message: str) -> Sequence[Event]:
         """The stream stopped without a final event: abandon the response (DecodeError if
