@@ -1322,3 +1322,112 @@ def test_arbitrary_event_sequences_give_valid_drafts(datas: list[str]) -> None:
     events = decode_or_refuse([body])
     if events is not None:
         record(events)
+
+
+def test_a_stream_of_only_unknown_events_is_not_a_response() -> None:
+    with pytest.raises(DecodeError, match=r"no response\.created"):
+        list(decode_stream([sse(*[{"type": "mystery"}] * 100, CREATED)]))
+
+
+def huge(value: Any) -> str:
+    """JSON with 1e400 wherever `value` says HUGE."""
+    return json.dumps(value).replace('"HUGE"', "1e400")
+
+
+def test_numbers_out_of_range_are_kept_not_raised() -> None:
+    """1e400 is well-formed JSON that msgspec will not decode: never a crash."""
+    message = {"id": "msg_1", "type": "message", "role": "assistant", "content": []}
+    text_part = {"type": "output_text", "text": "", "annotations": []}
+    body = sse(
+        huge({"type": "response.created", "response": {**RESPONSE, "model": "HUGE"}}),
+        added(0, message),
+        event("content_part.added", 0, "msg_1", content_index=0, part=text_part),
+        event("output_text.delta", 0, "msg_1", content_index=0, delta="Hi"),
+        huge(event("output_text.annotation.added", 0, "msg_1", content_index=0,
+                   annotation={"type": "url_citation", "start_index": "HUGE"})),
+        huge(added(1, {"id": "x_1", "type": "widget", "n": "HUGE"})),
+        huge(event("output_text.delta", 0, "msg_1", content_index=0, delta="HUGE")),
+        huge({"type": "response.completed", "response": {**RESPONSE, "status": "HUGE"}}),
+    )  # fmt: skip
+    events = list(decode_stream([body]))
+    assert kinds(events) == [
+        "ResponseStarted",
+        "UnknownArtifact",
+        "UnknownArtifact",
+        "UnknownArtifact",
+        "AssistantText",
+        "UnknownArtifact",
+        "ResponseEnded",
+    ]
+    assert events[-1].state == "completed"  # type: ignore[attr-defined]
+    record(events)
+    whole = huge({**RESPONSE, "usage": "HUGE", "output": [{"id": "x", "n": "HUGE"}]})
+    assert kinds(decode_message(whole.encode())) == [
+        "ResponseStarted",
+        "UnknownArtifact",
+        "UnknownArtifact",
+        "ResponseEnded",
+    ]
+    with pytest.raises(DecodeError):
+        RequestContext.from_body(huge({"max_output_tokens": "HUGE"}).encode())
+
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+ITEM_TYPES = [
+    "message", "reasoning", "function_call", "custom_tool_call", "computer_call",
+    "web_search_call", "file_search_call", "code_interpreter_call", "image_generation_call",
+    "mcp_call", "mcp_list_tools", "quantum_widget",
+]  # fmt: skip
+FIELDS = ["id", "call_id", "name", "arguments", "status", "content", "summary", "action",
+          "queries", "results", "code", "outputs", "error", "server_label", "input",
+          "encrypted_content", "content/0", "content/0/text", "summary/1/done"]  # fmt: skip
+
+
+@st.composite
+def odd_items(draw: st.DrawFn) -> dict[str, Any]:
+    """Items of known types whose fields hold any JSON at all."""
+    fields = draw(st.dictionaries(st.sampled_from(FIELDS), JSON_VALUES, max_size=7))
+    if draw(st.booleans()):
+        parts = st.fixed_dictionaries(
+            {"type": st.sampled_from(["output_text", "refusal", "summary_text", "x"])},
+            optional={"text": JSON_VALUES, "refusal": JSON_VALUES, "annotations": JSON_VALUES},
+        )
+        fields[draw(st.sampled_from(["content", "summary"]))] = draw(st.lists(parts, max_size=3))
+    return {"type": draw(st.sampled_from(ITEM_TYPES)), **fields}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(odd_items(), max_size=6), st.booleans())
+def test_items_of_any_shape_give_valid_drafts(items: list[dict[str, Any]], cut: bool) -> None:
+    whole = {**RESPONSE, "status": "completed", "output": items}
+    record(decode_message(json.dumps(whole).encode()))
+    events: list[dict[str, Any] | str] = [CREATED]
+    for index, item in enumerate(items):
+        item_id = item.get("id") if isinstance(item.get("id"), str) else None
+        events.append(added(index, item))
+        for kind, fields in (
+            ("output_text.delta", {"content_index": 0, "delta": "t"}),
+            ("output_text.annotation.added", {"content_index": 1, "annotation": {"a": 1}}),
+            ("refusal.delta", {"content_index": 2, "delta": "r"}),
+            ("reasoning_summary_text.delta", {"summary_index": 0, "delta": "s"}),
+            ("function_call_arguments.delta", {"delta": '{"k": 1}'}),
+            ("code_interpreter_call_code.delta", {"delta": "print()"}),
+            ("web_search_call.searching", {}),
+        ):
+            events.append({"type": f"response.{kind}", "output_index": index,
+                           "item_id": item_id, **fields})  # fmt: skip
+        if not cut:
+            events.append(done(index, item))
+    if not cut:
+        events.append(completed(*items))
+    record(list(decode_stream([sse(*events)])))

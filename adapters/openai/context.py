@@ -75,7 +75,10 @@ class RequestContext:
         except (msgspec.DecodeError, RecursionError) as error:
             raise DecodeError(f"the OpenAI request body is not a JSON object: {error}") from None
         native = {name: raw for name, raw in fields.items() if name != "input"}
-        settings = {name: _ANY.decode(fields[name]) for name in _SETTINGS if name in fields}
+        try:
+            settings = {name: _ANY.decode(fields[name]) for name in _SETTINGS if name in fields}
+        except msgspec.DecodeError as error:  # well-formed, but a number out of range
+            raise DecodeError(f"the OpenAI request body is malformed: {error}") from None
         tools = tuple(
             _declaration(tool) for tool in _list(settings.get("tools")) if isinstance(tool, dict)
         )

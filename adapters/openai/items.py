@@ -132,6 +132,16 @@ _DEFAULT_PARTS: Final[Mapping[tuple[str, str], Mapping[str, Any]]] = {
 }
 
 
+_LEAVES: Final[Mapping[str, type]] = {
+    "": dict,
+    "text": str,
+    "final": str,
+    "annotations": list,
+    "done": bool,
+}
+"""The path-named fields `wire` assembles, by leaf, with the type each holds."""
+
+
 def rebuild(block: Mapping[str, Any]) -> tuple[dict[str, Any], set[tuple[str, int]]]:
     """The native item of a cut block, and the (field, position) of each part closed.
 
@@ -143,8 +153,9 @@ def rebuild(block: Mapping[str, Any]) -> tuple[dict[str, Any], set[tuple[str, in
     for key, value in block.items():
         name, slash, rest = key.partition("/")
         digits, _, leaf = rest.partition("/")
-        if not slash or not digits.isdigit():
-            item[key] = value
+        expected = _LEAVES.get(leaf)
+        if not slash or not digits.isdigit() or expected is None or not isinstance(value, expected):
+            item[key] = value  # an item field (even one that looks like a path)
             continue
         groups.setdefault(name, {}).setdefault(int(digits), {})[leaf] = value
     closed: set[tuple[str, int]] = set()

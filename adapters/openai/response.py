@@ -76,8 +76,13 @@ _NULL: Final = b"null"
 
 
 def decode_field(raw: msgspec.Raw | None) -> Any:
-    """A field kept raw, decoded (None when absent)."""
-    return None if not raw else _ANY.decode(raw)
+    """A field kept raw, decoded; None when absent or undecodable (a number out of range)."""
+    if not raw:
+        return None
+    try:
+        return _ANY.decode(raw)
+    except msgspec.DecodeError:
+        return None
 
 
 def derived_id(body: bytes) -> ResponseId:
@@ -132,7 +137,7 @@ def map_whole(mapper: ItemMapper, index: int, raw: msgspec.Raw | bytes) -> list[
     value = bytes(raw)
     try:
         item = _OBJECT.decode(value)
-    except msgspec.ValidationError:
+    except msgspec.DecodeError:
         return [mapper.unknown_value(value, "output_item")]
     return mapper(AssembledBlock(index, item, value))
 

@@ -36,7 +36,7 @@ from convstore.domain.errors import DecodeError
 from convstore.domain.events import Event
 from convstore.domain.vocabulary import EndState, ErrorInfo
 
-__all__ = ["TERMINAL_STATUS", "StreamDecoder"]
+__all__ = ["MAX_EARLY_EVENTS", "TERMINAL_STATUS", "StreamDecoder"]
 
 _NOTHING: Final[Sequence[Event]] = ()
 _OBJECT: Final = msgspec.json.Decoder(dict[str, Any])
@@ -49,6 +49,9 @@ TERMINAL_STATUS: Final[Mapping[str, str]] = {
     "response.failed": "failed",
 }
 """Final event type → the status its response object has (used when it names none)."""
+
+MAX_EARLY_EVENTS: Final = 64
+"""Unknown events kept before the response opens; past that, the input is no stream."""
 
 _OPENING: Final = frozenset({"response.created", "response.in_progress", "response.queued"})
 _IGNORED: Final = frozenset({"keepalive"})
@@ -134,6 +137,11 @@ class StreamDecoder:
 
     def _unknown(self, data: str) -> Sequence[Event]:
         if self.head is None:
+            if len(self._early) >= MAX_EARLY_EVENTS:
+                raise DecodeError(
+                    f"not an OpenAI stream: no response.created in its first {MAX_EARLY_EVENTS} "
+                    "events"
+                )
             self._early.append(data.strip().encode())
             return _NOTHING
         return [self.head.mapper.unknown_value(data.strip().encode(), "stream_event")]
@@ -159,7 +167,7 @@ class StreamDecoder:
     def _open_response(self, event: StreamEvent) -> list[Event]:
         try:
             fields = _FIELDS.decode(event.response) if event.response else None
-        except msgspec.ValidationError:
+        except msgspec.DecodeError:
             fields = None
         response_id = decode_field(fields.get("id")) if fields is not None else None
         if fields is None or not isinstance(response_id, str) or not response_id:
@@ -181,7 +189,7 @@ class StreamDecoder:
     def _fields(self, event: StreamEvent) -> dict[str, msgspec.Raw] | None:
         try:
             return _FIELDS.decode(event.response) if event.response else None
-        except msgspec.ValidationError:
+        except msgspec.DecodeError:
             return None
 
     # --- items ---
@@ -212,7 +220,7 @@ class StreamDecoder:
             return None
         try:
             return _OBJECT.decode(raw)
-        except msgspec.ValidationError:
+        except msgspec.DecodeError:
             return None
 
     def _stray(self, event: StreamEvent, data: str) -> Sequence[Event]:
@@ -241,11 +249,11 @@ class StreamDecoder:
         fields = self._fields(event)
         if fields is not None:
             head.update(fields)
-            if "status" not in fields:
+            if not isinstance(decode_field(fields.get("status")), str):
                 head.status = TERMINAL_STATUS[event.type]
             try:
                 items = output_items(fields.get("output"))
-            except msgspec.ValidationError:
+            except msgspec.DecodeError:
                 items = []
             for index, raw in enumerate(items):
                 value = bytes(raw)

@@ -67,7 +67,7 @@ def decode_object(raw: msgspec.Raw) -> dict[str, Any] | None:
         return None
     try:
         return _OBJECT.decode(raw)
-    except msgspec.ValidationError:
+    except msgspec.DecodeError:
         return None
 
 
