@@ -1,0 +1,236 @@
+"""Gemini grounding → attributions on the text, and the hosted activities it reports.
+
+`groundingMetadata` arrives once per candidate, at its end (streamed: on the last chunk;
+the chunks before carry `{}`). Its `groundingSupports[].segment` span counts UTF-8 bytes
+over the concatenation of every visible (non-thought) text part of the candidate, across
+streamed chunks; `startIndex` is omitted when 0. `text_attributions` maps each span to the
+text events it falls in, as half-open code-point ranges of each event's own text; a span
+that does not hold the segment's text (or cuts a character) is dropped, never stored stale.
+
+Grounding reports finished work with no call/result pair, so each block becomes one hosted
+activity that begins `completed` (DESIGN.md, Lifecycle): `web_search` for a block with
+`webSearchQueries`, `url_context` for `urlContextMetadata`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from convstore.domain.vocabulary import Attribution, Display, Source, TextRange
+
+__all__ = [
+    "TextSlot",
+    "byte_offsets_to_code_points",
+    "search_summary",
+    "source_of",
+    "text_attributions",
+    "url_context_outcome",
+]
+
+URL_RETRIEVED: Final = "URL_RETRIEVAL_STATUS_SUCCESS"
+
+
+@dataclass(slots=True)
+class TextSlot:
+    """One text event's place in the candidate's visible text."""
+
+    text: str
+    start: int
+    """Its first byte's offset in the concatenated visible text."""
+    encoded: bytes = field(default=b"", repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.encoded:
+            self.encoded = self.text.encode()
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.encoded)
+
+
+def byte_offsets_to_code_points(encoded: bytes, offsets: Sequence[int]) -> dict[int, int | None]:
+    """Each byte offset of UTF-8 `encoded` → its code-point offset, or None when it falls
+    inside a character or outside the text. One pass over the text whatever the count."""
+    out: dict[int, int | None] = {}
+    if encoded.isascii():
+        size = len(encoded)
+        return {o: o if 0 <= o <= size else None for o in offsets}
+    at_byte = at_point = 0
+    for offset in sorted(set(offsets)):
+        if not 0 <= offset <= len(encoded):
+            out[offset] = None
+            continue
+        try:
+            points = len(encoded[at_byte:offset].decode("utf-8"))
+        except UnicodeDecodeError:
+            out[offset] = None
+            continue
+        at_byte, at_point = offset, at_point + points
+        out[offset] = at_point
+    return out
+
+
+def _str(d: Mapping[str, Any], key: str) -> str | None:
+    value = d.get(key)
+    return value if isinstance(value, str) and value else None
+
+
+def source_of(chunk: Any) -> Source | None:
+    """The Source of one `groundingChunks[]` entry: a web page, a retrieved document, a
+    place; None for a shape this adapter does not know."""
+    if not isinstance(chunk, dict):
+        return None
+    web = chunk.get("web")
+    if isinstance(web, dict):
+        return Source(kind="web", url=_str(web, "uri"), title=_str(web, "title"))
+    document = chunk.get("retrievedContext")
+    if isinstance(document, dict):
+        return Source(
+            kind="document",
+            url=_str(document, "uri"),
+            title=_str(document, "title"),
+            id=_str(document, "documentName") or _str(document, "fileSearchStore"),
+        )
+    place = chunk.get("maps")
+    if isinstance(place, dict):
+        return Source(
+            kind="web",
+            url=_str(place, "uri"),
+            title=_str(place, "title"),
+            id=_str(place, "placeId"),
+        )
+    return None
+
+
+def _int(value: Any) -> int | None:
+    return value if type(value) is int else None
+
+
+def text_attributions(
+    slots: Sequence[TextSlot], blocks: Sequence[Mapping[str, Any]]
+) -> list[list[Attribution]]:
+    """The attributions each slot's text event carries, from the grounding blocks."""
+    out: list[list[Attribution]] = [[] for _ in slots]
+    if not slots:
+        return out
+    spans: list[tuple[int, int, str | None, list[Source]]] = []
+    for block in blocks:
+        chunks = block.get("groundingChunks")
+        known = [source_of(c) for c in chunks] if isinstance(chunks, list) else []
+        supports = block.get("groundingSupports")
+        for support in supports if isinstance(supports, list) else ():
+            span = _span(support, known)
+            if span is not None:
+                spans.append(span)
+    if not spans:
+        return out
+    total = slots[-1].end
+    # Which byte offsets each slot must convert, and the spans it holds.
+    wanted: list[list[int]] = [[] for _ in slots]
+    placed: list[tuple[int, str | None, list[Source], list[tuple[int, int, int]]]] = []
+    for start, end, text, sources in spans:
+        if not 0 <= start < end <= total:
+            continue
+        if text is not None and _bytes_of(slots, start, end) != text.encode():
+            continue  # the span does not hold the segment's text: dropped
+        pieces = []
+        for n, slot in enumerate(slots):
+            low, high = max(start, slot.start), min(end, slot.end)
+            if low < high:
+                pieces.append((n, low - slot.start, high - slot.start))
+                wanted[n].extend((low - slot.start, high - slot.start))
+        placed.append((start, text, sources, pieces))
+    points = [
+        byte_offsets_to_code_points(slot.encoded, offsets) if offsets else {}
+        for slot, offsets in zip(slots, wanted, strict=True)
+    ]
+    seen: set[tuple[int, Attribution]] = set()
+    for _, text, sources, pieces in placed:
+        ranges = [(n, points[n][low], points[n][high]) for n, low, high in pieces]
+        if any(a is None or b is None for _, a, b in ranges):
+            continue  # a boundary inside a character: the span matches no text
+        for n, a, b in ranges:
+            assert a is not None and b is not None
+            for source in sources:
+                attribution = Attribution(source=source, excerpt=text, range=TextRange(a, b))
+                if (n, attribution) not in seen:
+                    seen.add((n, attribution))
+                    out[n].append(attribution)
+    return out
+
+
+def _span(
+    support: Any, sources: list[Source | None]
+) -> tuple[int, int, str | None, list[Source]] | None:
+    if not isinstance(support, dict):
+        return None
+    segment = support.get("segment")
+    if not isinstance(segment, dict):
+        return None
+    start = _int(segment.get("startIndex", 0))
+    end = _int(segment.get("endIndex"))
+    text = segment.get("text")
+    indices = support.get("groundingChunkIndices")
+    if start is None or end is None or not isinstance(indices, list):
+        return None
+    cited = [
+        source
+        for i in indices
+        if type(i) is int and 0 <= i < len(sources) and (source := sources[i]) is not None
+    ]
+    if not cited:
+        return None
+    return start, end, text if isinstance(text, str) else None, cited
+
+
+def _bytes_of(slots: Sequence[TextSlot], start: int, end: int) -> bytes:
+    return b"".join(
+        slot.encoded[max(start, slot.start) - slot.start : min(end, slot.end) - slot.start]
+        for slot in slots
+        if slot.start < end and start < slot.end
+    )
+
+
+# --- the activities ---------------------------------------------------------------------------
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def search_summary(block: Mapping[str, Any]) -> str:
+    """`N sources` of a grounding block."""
+    chunks = block.get("groundingChunks")
+    return _count(len(chunks) if isinstance(chunks, list) else 0, "source")
+
+
+def search_queries(block: Mapping[str, Any]) -> list[str] | None:
+    """The block's `webSearchQueries` (None when it has none: not a web search)."""
+    queries = block.get("webSearchQueries")
+    if not isinstance(queries, list) or not queries:
+        return None
+    return [q for q in queries if isinstance(q, str)]
+
+
+def search_display(block: Mapping[str, Any]) -> Display | None:
+    """Google's Search Suggestion, which it requires be shown: kept as a display
+    obligation for renderers, never printed raw."""
+    entry = block.get("searchEntryPoint")
+    content = entry.get("renderedContent") if isinstance(entry, dict) else None
+    if not isinstance(content, str) or not content:
+        return None
+    return Display(kind="search_suggestion", content=content, content_type="text/html")
+
+
+def url_context_outcome(metadata: Mapping[str, Any]) -> tuple[str, list[str], str]:
+    """(`completed` | `failed`, urls, summary) of a `urlContextMetadata` block: failed when
+    every URL's retrieval failed."""
+    entries = metadata.get("urlMetadata")
+    entries = [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+    urls = [u for e in entries if isinstance(u := e.get("retrievedUrl"), str)]
+    ok = sum(e.get("urlRetrievalStatus") == URL_RETRIEVED for e in entries)
+    state = "failed" if entries and not ok else "completed"
+    noun = "url" if len(entries) == 1 else "urls"
+    return state, urls, f"{ok}/{len(entries)} {noun} retrieved"

@@ -1,0 +1,158 @@
+"""What streamed and non-streamed responses share: ids, finish reasons, usage, errors.
+
+A `generateContent` body and each `streamGenerateContent` chunk have the same shape
+(`GenerateContentResponse`): `candidates`, `usageMetadata`, `modelVersion`, `responseId`,
+`promptFeedback`. The decoder reads candidate 0; these helpers hold the response-level
+state across chunks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any, Final
+
+import msgspec
+
+from convstore.adapters.google.context import PROVIDER, RequestContext
+from convstore.domain.events import Event, ResponseEnded, ResponseStarted
+from convstore.domain.vocabulary import (
+    EndState,
+    ErrorInfo,
+    FinishReason,
+    ResponseId,
+    Usage,
+)
+
+__all__ = [
+    "FINISH_REASONS",
+    "RESPONSE_FIELDS",
+    "USAGE_TOKENS",
+    "decode_field",
+    "derived_id",
+    "error_info",
+    "failed_response",
+    "finish_reason_of",
+    "usage_of",
+]
+
+FINISH_REASONS: Final[Mapping[str, FinishReason]] = {
+    "STOP": "stop",
+    "MAX_TOKENS": "length",
+    "SAFETY": "content_filter",
+    "RECITATION": "content_filter",
+    "BLOCKLIST": "content_filter",
+    "PROHIBITED_CONTENT": "content_filter",
+    "SPII": "content_filter",
+    "IMAGE_SAFETY": "content_filter",
+    "IMAGE_PROHIBITED_CONTENT": "content_filter",
+    "IMAGE_RECITATION": "content_filter",
+    "MALFORMED_FUNCTION_CALL": "error",
+    "UNEXPECTED_TOOL_CALL": "error",
+    "MISSING_THOUGHT_SIGNATURE": "error",
+}
+"""Gemini `finishReason` → the normalized finish reason (anything else: `other`). A
+response that emitted function calls and stopped normally finishes `tool_use`."""
+
+USAGE_TOKENS: Final[Mapping[str, str]] = {
+    "promptTokenCount": "input_tokens",
+    "candidatesTokenCount": "output_tokens",
+    "cachedContentTokenCount": "cache_read_tokens",
+    "thoughtsTokenCount": "reasoning_tokens",
+}
+"""`usageMetadata` counter → `Usage` field. `toolUsePromptTokenCount` (the prompt tokens of
+hosted tool work: search results, fetched pages, code output) goes to `hosted`; every other
+counter, `totalTokenCount` included, to `other` under its own name (per-modality details
+as `promptTokensDetails.TEXT` and so on)."""
+
+HOSTED_USAGE: Final = frozenset({"toolUsePromptTokenCount"})
+
+RESPONSE_FIELDS: Final = frozenset({"candidates", "usageMetadata", "modelVersion", "responseId"})
+"""Response fields the events model; any other non-null one (`promptFeedback`,
+`modelStatus`, `createTime`, …) is kept in an UnknownArtifact of format `response_fields`."""
+
+RESPONSE_KEYS: Final = RESPONSE_FIELDS | {"promptFeedback"}
+"""A JSON object with one of these is a `GenerateContentResponse`."""
+
+_ANY: Final = msgspec.json.Decoder()
+
+
+def decode_field(raw: msgspec.Raw | bytes | None) -> Any:
+    """A field kept raw, decoded; None when absent or undecodable (bad UTF-8, a number
+    out of range)."""
+    if raw is None:
+        return None
+    try:
+        return _ANY.decode(raw)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+
+
+def derived_id(body: bytes, prefix: str = "gemini") -> ResponseId:
+    """A deterministic response id for a body that names none: re-ingesting matches."""
+    return ResponseId(f"{prefix}_{hashlib.sha256(body).hexdigest()[:24]}")
+
+
+def error_info(error: Any, status: int | None = None) -> ErrorInfo:
+    """The ErrorInfo of a Google API `error` object (`{code, message, status}`)."""
+    if not isinstance(error, dict):
+        return ErrorInfo(type=f"http_{status}" if status else "error", status=status)
+    kind, message, code = error.get("status"), error.get("message"), error.get("code")
+    if not isinstance(kind, str) or not kind:
+        kind = f"http_{code}" if type(code) is int else "error"
+    return ErrorInfo(
+        type=kind,
+        message=message if isinstance(message, str) else "",
+        status=status if status is not None else code if type(code) is int else None,
+    )
+
+
+def failed_response(
+    response_id: ResponseId, context: RequestContext, info: ErrorInfo
+) -> list[Event]:
+    """A response that failed before any content: an HTTP error body or an early error."""
+    return [
+        ResponseStarted(
+            response_id=response_id,
+            provider=PROVIDER,
+            model=context.model,
+            settings=context.settings,
+        ),
+        ResponseEnded(response_id=response_id, state="failed", finish_reason="error", error=info),
+    ]
+
+
+def usage_of(counters: Mapping[str, Any]) -> Usage:
+    """`usageMetadata` as `Usage`."""
+    tokens: dict[str, int] = {}
+    hosted: dict[str, int] = {}
+    other: dict[str, int] = {}
+    for name, value in counters.items():
+        if type(value) is int:
+            if name in USAGE_TOKENS:
+                tokens[USAGE_TOKENS[name]] = value
+            elif name in HOSTED_USAGE:
+                hosted[name] = value
+            else:
+                other[name] = value
+        elif isinstance(value, list):  # [{"modality": "TEXT", "tokenCount": 17}, …]
+            for detail in value:
+                if isinstance(detail, dict):
+                    modality, count = detail.get("modality"), detail.get("tokenCount")
+                    if isinstance(modality, str) and type(count) is int:
+                        other[f"{name}.{modality}"] = count
+    return Usage(**tokens, hosted=hosted, other=other)
+
+
+def finish_reason_of(
+    state: EndState, stop_reason: str | None, *, called: bool, blocked: bool
+) -> FinishReason:
+    """The normalized finish reason of a response that ended in `state`."""
+    if state == "failed":
+        return "error"
+    if blocked:
+        return "content_filter"
+    if stop_reason is None:
+        return "tool_use" if called and state == "completed" else "other"
+    finish = FINISH_REASONS.get(stop_reason, "other")
+    return "tool_use" if called and finish == "stop" else finish

@@ -1,0 +1,405 @@
+"""The state of one Gemini response, chunk by chunk.
+
+Every transport hands this decoder whole `GenerateContentResponse` JSON documents: the
+`data` of each SSE event (`alt=sse`), each element of the JSON array that
+`streamGenerateContent` answers without `alt=sse`, or the single body of
+`generateContent`. The first chunk opens the response (ResponseStarted); candidate 0's
+parts go through the shared assembler (text runs) and the part mapper; the response ends
+when the input does.
+
+Gemini has no final event: `finishReason` can arrive on a chunk that is not the last
+(verified: `STOP` mid-stream, on the chunk that hands code to the executor), so nothing
+ends early: every chunk is read. An SSE stream that ends at a chunk boundary right after a
+chunk carrying a `finishReason` (or a prompt `blockReason`), with no code run waiting for
+its result, completed; a JSON array completed once its closing bracket arrived. A stream
+that ends otherwise, or becomes unreadable, is abandoned under the partial-commit rules;
+an `{"error": …}` chunk fails it. (A cut that lands exactly after a mid-stream `STOP`
+with nothing pending cannot be told from the end by any reader of the wire.)
+
+Grounding arrives last, so visible text is held (as `HeldText`) until the input ends,
+unless the request declared no grounding tool. Held text and everything after it keep
+their order; on a cut, held text is stored with the attributions that arrived and
+`attributions_complete = False`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+import msgspec
+
+from convstore.adapters.assembler import AssembledBlock, OpenBlock, StreamAssembler
+from convstore.adapters.google.context import PROVIDER, RequestContext
+from convstore.adapters.google.grounding import (
+    TextSlot,
+    search_display,
+    search_queries,
+    search_summary,
+    text_attributions,
+    url_context_outcome,
+)
+from convstore.adapters.google.parts import Draft, HeldText, PartMapper, is_mergeable
+from convstore.adapters.google.response import (
+    RESPONSE_FIELDS,
+    RESPONSE_KEYS,
+    decode_field,
+    derived_id,
+    error_info,
+    failed_response,
+    finish_reason_of,
+    usage_of,
+)
+from convstore.domain.errors import DecodeError
+from convstore.domain.events import (
+    AssistantText,
+    Event,
+    HostedActivity,
+    ResponseEnded,
+    ResponseStarted,
+)
+from convstore.domain.vocabulary import ActivityId, EndState, ErrorInfo, ResponseId
+
+__all__ = ["CANDIDATE_FIELDS", "ChunkDecoder"]
+
+CANDIDATE_FIELDS: Final = frozenset(
+    {"content", "finishReason", "index", "groundingMetadata", "urlContextMetadata"}
+)
+"""Candidate fields the events model; any other non-null one (`safetyRatings`,
+`citationMetadata`, `finishMessage`, `avgLogprobs`, …; the last value of each) is kept in
+an UnknownArtifact of format `candidate_fields`."""
+
+_NOTHING: Final[Sequence[Event]] = ()
+_FIELDS: Final = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_RAW_LIST: Final = msgspec.json.Decoder(list[msgspec.Raw])
+_OBJECT: Final = msgspec.json.Decoder(dict[str, Any])
+_NULL: Final = msgspec.Raw(b"null")
+_EMPTY: Final = b"{}"
+_WHITESPACE: Final = b" \t\r\n"
+_TEXT: Final = "text"
+
+
+def _append_text(block: OpenBlock, piece: str) -> bool:
+    block.append_text("text", piece)
+    return True
+
+
+_DELTAS: Final = {_TEXT: _append_text}
+
+
+def _no_parts(assembled: AssembledBlock) -> list[Draft]:
+    raise AssertionError("a part mapped before the response started")  # pragma: no cover
+
+
+class ChunkDecoder:
+    """Turns each chunk of one response into drafts; `done` once the response ended."""
+
+    def __init__(
+        self, context: RequestContext, *, whole: bool = False, status: int | None = None
+    ) -> None:
+        self.context = context
+        self.whole = whole
+        """True for a non-streamed body: it is complete once read."""
+        self.status = status
+        """The HTTP status, recorded with an error."""
+        self.response_id: ResponseId | None = None
+        self.model = context.model
+        self.mapper = PartMapper(ResponseId(""), "", context)
+        self.assembler: StreamAssembler[Draft] = StreamAssembler(_DELTAS, _no_parts)
+        self.done = False
+        """True once the response ended: later input is not read."""
+        self._run = -1
+        """The open run's index in the assembler (-1: none), and its `thought` flag."""
+        self._run_thought = False
+        self._runs = 0
+        self._held: list[Draft] | None = None
+        """Drafts kept until the end (from the first visible text on), or None."""
+        self._grounding: list[tuple[bytes, dict[str, Any]]] = []
+        self._url_context: list[tuple[bytes, dict[str, Any]]] = []
+        self._usage: dict[str, Any] = {}
+        self._stop_reason: str | None = None
+        self._finished = False
+        """Whether the latest chunk of candidate 0 carried a finishReason."""
+        self._blocked: str | None = None
+        self._extras: dict[str, msgspec.Raw] = {}
+        self._candidate_extras: dict[str, msgspec.Raw] = {}
+
+    # --- input ---
+
+    def feed(self, raw: bytes, *, cut: bool = False) -> Sequence[Event]:
+        """The drafts one chunk completes (`cut`: the input ended inside this chunk)."""
+        if self.done:
+            return _NOTHING
+        raw = raw.strip(_WHITESPACE)
+        try:
+            fields = _FIELDS.decode(raw)
+        except (msgspec.DecodeError, RecursionError) as error:
+            if cut:
+                return self.end("incomplete_stream", "the stream was cut inside a chunk")
+            return self.end("malformed_stream", f"a chunk is not a JSON object: {error}")
+        if not fields.keys() & RESPONSE_KEYS:
+            if "error" in fields:
+                return self._error(raw, fields)
+            if self.response_id is None:
+                raise DecodeError(
+                    "not a Gemini response: a JSON object without candidates, usageMetadata, "
+                    "responseId or promptFeedback"
+                )
+            out: list[Event] = []
+            self._emit(out, [self.mapper.unknown_value(raw, "chunk")])
+            return out
+        out = []
+        if self.response_id is None:
+            out.append(self._start(raw, fields))
+        self._finished = False
+        for name, value in fields.items():
+            if name not in RESPONSE_FIELDS and value != _NULL:
+                self._extras[name] = value
+        usage = decode_field(fields.get("usageMetadata"))
+        if isinstance(usage, dict):
+            self._usage = usage
+        feedback = decode_field(fields.get("promptFeedback"))
+        if isinstance(feedback, dict) and isinstance(feedback.get("blockReason"), str):
+            self._blocked = feedback["blockReason"]
+            self._finished = True
+        candidates = fields.get("candidates")
+        if candidates is not None and candidates != _NULL:
+            try:
+                listed = _RAW_LIST.decode(candidates)
+            except msgspec.DecodeError:
+                listed = [candidates]
+            for candidate in listed:
+                self._emit(out, self._candidate(candidate))
+        return out
+
+    def finish(self, *, complete: bool = False) -> Sequence[Event]:
+        """The input ended at a chunk boundary: completed if `complete` (the body is
+        whole) or the response says it finished, else abandoned."""
+        if self.done:
+            return _NOTHING
+        if self.response_id is None:
+            raise DecodeError("not a Gemini response: the input holds no response chunk")
+        if complete or self.whole or (self._finished and not self.mapper.open_code()):
+            return self._close("completed")
+        message = (
+            "the stream ended with code running (its result never came)"
+            if self._finished
+            else "the stream ended before a chunk with a finish reason"
+        )
+        return self._close("abandoned", ErrorInfo(type="incomplete_stream", message=message))
+
+    def end(self, kind: str, message: str) -> Sequence[Event]:
+        """The input stopped mid-chunk or became unreadable: abandon the response
+        (DecodeError if it never started)."""
+        if self.done:
+            return _NOTHING
+        if self.response_id is None:
+            raise DecodeError(f"not a Gemini response: {message}")
+        return self._close("abandoned", ErrorInfo(type=kind, message=message))
+
+    # --- chunks ---
+
+    def _start(self, raw: bytes, fields: dict[str, msgspec.Raw]) -> ResponseStarted:
+        given, model = (
+            decode_field(fields.get("responseId")),
+            decode_field(fields.get("modelVersion")),
+        )
+        response_id = ResponseId(given) if isinstance(given, str) and given else derived_id(raw)
+        self.response_id = response_id
+        if isinstance(model, str) and model:
+            self.model = model
+        self.mapper = PartMapper(response_id, self.model, self.context)
+        self.assembler = StreamAssembler(_DELTAS, self.mapper)
+        return ResponseStarted(
+            response_id=response_id,
+            provider=PROVIDER,
+            model=self.model,
+            settings=self.context.settings,
+        )
+
+    def _error(self, raw: bytes, fields: dict[str, msgspec.Raw]) -> Sequence[Event]:
+        info = error_info(decode_field(fields.get("error")), self.status)
+        if self.response_id is None:
+            self.done = True
+            return failed_response(derived_id(raw, "error"), self.context, info)
+        return self._close("failed", info)
+
+    def _candidate(self, raw: msgspec.Raw) -> list[Draft]:
+        try:
+            fields = _FIELDS.decode(raw)
+        except msgspec.DecodeError:
+            return [self.mapper.unknown_value(bytes(raw), "candidate")]
+        index = decode_field(fields.get("index"))
+        if index not in (0, None):
+            return [self.mapper.unknown_value(bytes(raw), "candidate")]
+        out: list[Draft] = []
+        content = fields.get("content")
+        if content is not None and content != _NULL:
+            out.extend(self._content(content))
+        for name, value in fields.items():
+            if name not in CANDIDATE_FIELDS and value != _NULL:
+                self._candidate_extras[name] = value
+        self._keep(fields.get("groundingMetadata"), self._grounding)
+        self._keep(fields.get("urlContextMetadata"), self._url_context)
+        reason = decode_field(fields.get("finishReason"))
+        if isinstance(reason, str):
+            self._stop_reason = reason
+            self._finished = True
+        return out
+
+    @staticmethod
+    def _keep(raw: msgspec.Raw | None, kept: list[tuple[bytes, dict[str, Any]]]) -> None:
+        """Remember a non-empty metadata block once (streams repeat `{}` on every chunk)."""
+        if raw is None:
+            return
+        value = bytes(raw)
+        if value != _EMPTY and all(v != value for v, _ in kept):
+            decoded = decode_field(value)
+            if isinstance(decoded, dict) and decoded:
+                kept.append((value, decoded))
+
+    def _content(self, content: msgspec.Raw) -> list[Draft]:
+        try:
+            parts = _RAW_LIST.decode(_FIELDS.decode(content).get("parts") or b"[]")
+        except msgspec.DecodeError:
+            return [self.mapper.unknown_value(bytes(content), "content")]
+        out: list[Draft] = []
+        for raw in parts:
+            value = bytes(raw)
+            try:
+                part = _OBJECT.decode(value)
+            except (msgspec.DecodeError, RecursionError):
+                out.extend(self._close_run())
+                out.append(self.mapper.unknown_value(value, "part"))
+                continue
+            if is_mergeable(part):
+                text: str = part["text"]
+                if not text:
+                    continue  # an empty plain part says nothing (streams end with one)
+                thought = part.get("thought", False)
+                if self._run >= 0 and thought != self._run_thought:
+                    out.extend(self._close_run())
+                if self._run < 0:
+                    self._run, self._run_thought = self._runs, thought
+                    self._runs += 1
+                    self.assembler.start(self._run, {"text": "", "thought": thought})
+                self.assembler.delta(self._run, _TEXT, text)
+                continue
+            out.extend(self._close_run())
+            out.extend(self.mapper(AssembledBlock(-1, part, value)))
+        return out
+
+    def _close_run(self) -> list[Draft]:
+        if self._run < 0:
+            return []
+        run, self._run = self._run, -1
+        return self.assembler.stop(run)
+
+    # --- output ---
+
+    def _emit(self, out: list[Event], drafts: list[Draft]) -> None:
+        """Pass drafts on, or hold them (from the first visible text on) until the end."""
+        held = self._held
+        for draft in drafts:
+            if held is not None:
+                held.append(draft)
+            elif isinstance(draft, HeldText):
+                if self.context.grounding is False:
+                    out.append(self._text(draft, [], complete=draft.complete))
+                else:
+                    held = self._held = [draft]
+            else:
+                out.append(draft)
+
+    def _text(self, held: HeldText, attributions: list[Any], *, complete: bool) -> AssistantText:
+        assert self.response_id is not None
+        return AssistantText(
+            response_id=self.response_id,
+            text=held.text,
+            attributions=tuple(attributions),
+            attributions_complete=complete,
+            payload=held.payload,
+        )
+
+    def _close(self, state: EndState, error: ErrorInfo | None = None) -> list[Event]:
+        assert self.response_id is not None
+        self.done = True
+        out: list[Event] = []
+        cut = state != "completed"
+        self._emit(out, self.assembler.finish(cut=cut))
+        out.extend(self._activities())
+        held = self._held or []
+        texts = [d for d in held if isinstance(d, HeldText)]
+        slots = [TextSlot(t.text, t.start) for t in texts]
+        blocks = [block for _, block in self._grounding]
+        cited = dict(zip(map(id, texts), text_attributions(slots, blocks), strict=True))
+        for draft in held:
+            if isinstance(draft, HeldText):
+                complete = draft.complete and not cut
+                out.append(self._text(draft, cited[id(draft)], complete=complete))
+            else:
+                out.append(draft)
+        mapper = self.mapper
+        if self._extras:
+            out.append(mapper.unknown_value(msgspec.json.encode(self._extras), "response_fields"))
+        if self._candidate_extras:
+            extras = msgspec.json.encode(self._candidate_extras)
+            out.append(mapper.unknown_value(extras, "candidate_fields"))
+        stop_reason = self._blocked or self._stop_reason
+        out.append(
+            ResponseEnded(
+                response_id=self.response_id,
+                state=state,
+                finish_reason=finish_reason_of(
+                    state, stop_reason, called=mapper.called, blocked=self._blocked is not None
+                ),
+                stop_reason=stop_reason,
+                usage=usage_of(self._usage),
+                error=error,
+            )
+        )
+        return out
+
+    def _activities(self) -> list[Event]:
+        """One hosted activity per grounding block, begun `completed`; a grounding block
+        that is no web search is kept as an UnknownArtifact (`grounding_metadata`)."""
+        assert self.response_id is not None
+        out: list[Event] = []
+        mapper = self.mapper
+        searches = 0
+        for value, block in self._grounding:
+            queries = search_queries(block)
+            if queries is None:
+                out.append(mapper.unknown_value(value, "grounding_metadata"))
+                continue
+            out.append(
+                HostedActivity(
+                    activity_id=ActivityId(f"{self.response_id}:web_search:{searches}"),
+                    name="web_search",
+                    state="completed",
+                    response_id=self.response_id,
+                    input={"queries": queries},
+                    summary=search_summary(block),
+                    display=search_display(block),
+                    payload=mapper.metadata(
+                        value, "grounding_metadata", self.context.version_of("web_search")
+                    ),
+                )
+            )
+            searches += 1
+        for n, (value, block) in enumerate(self._url_context):
+            state, urls, summary = url_context_outcome(block)
+            out.append(
+                HostedActivity(
+                    activity_id=ActivityId(f"{self.response_id}:url_context:{n}"),
+                    name="url_context",
+                    state="failed" if state == "failed" else "completed",
+                    response_id=self.response_id,
+                    input={"urls": urls},
+                    summary=summary,
+                    payload=mapper.metadata(
+                        value, "url_context_metadata", self.context.version_of("url_context")
+                    ),
+                )
+            )
+        return out
