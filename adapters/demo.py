@@ -36,9 +36,6 @@ from convstore.domain import (
     ToolCallRequested,
     ToolCallResponded,
     ToolDeclaration,
-    TurnEnded,
-    TurnId,
-    TurnStarted,
     Usage,
     UserMessage,
 )
@@ -48,7 +45,6 @@ MODEL = "claude-sonnet-4-5"
 SEARCH_VERSION = "web_search_20250305"
 QUESTION = "Where in Uji can I drink good matcha, and will it rain there tomorrow?"
 QUERY = "Uji matcha cafés 宇治抹茶"
-TURN = TurnId("turn_1")
 FIRST, SECOND = ResponseId("msg_01DemoSearchAndTool"), ResponseId("msg_02DemoFinalAnswer")
 SEARCH = ActivityId("srvtoolu_01DemoWebSearch")
 WEATHER = CallId("toolu_01DemoGetWeather")
@@ -180,20 +176,19 @@ def build(service: ConversationService, say: Renderer) -> ConversationId:
     """Record the demo conversation step by step, narrating; return its id."""
     conversation = service.start("Matcha in Uji", ["demo", "web-search"])
     say.line(f'1. started conversation {conversation} "Matcha in Uji"')
-    service.append(conversation, [TurnStarted(turn_id=TURN), UserMessage(blocks=(QUESTION,))])
-    say.line(f"2. turn {TURN}: the user asks {QUESTION!r}")
+    service.add_user_input(conversation, [UserMessage(blocks=(QUESTION,))])
+    say.line(f"2. a turn starts: the user asks {QUESTION!r}")
     outcome = service.ingest(conversation, _first_response())
     say.line(
         f"3. response {FIRST} ({MODEL}): signed reasoning, a hosted web search (3 results), "
         f"cited text, a get_weather call; {outcome.events} events, ended {outcome.ended}"
     )
-    service.append(
+    service.add_user_input(
         conversation,
         [ToolCallResponded(call_id=WEATHER, content="Tomorrow: 14 °C, light rain (70 %)")],
     )
     say.line(f"4. the client tool answered call {WEATHER}")
     outcome = service.ingest(conversation, _second_response())
-    service.append(conversation, [TurnEnded(turn_id=TURN)])
     say.line(f"5. response {SECOND}: the final answer ({outcome.events} events); turn ended")
     return conversation
 

@@ -172,11 +172,13 @@ class Conversation:
 
     def record_all(self, drafts: Iterable[Event]) -> list[Event]:
         """Record drafts in order; on a violation nothing of the batch stays applied."""
-        snapshot = self.snapshot_state()
+        # A shallow copy is enough to roll back: the appliers replace values, never mutate
+        # them in place. (A deep copy costs ~0.3 ms per thousand events of history.)
+        snapshot = self._state_copy()
         version, pending = self._version, len(self._pending)
         try:
             return [self.record(draft) for draft in drafts]
-        except errors.InvariantViolation:
+        except BaseException:  # a violation, or a draft that cannot even be encoded
             self.state, self._version = snapshot, version
             del self._pending[pending:]
             raise
@@ -223,7 +225,22 @@ class Conversation:
         """A deep copy of the state, for snapshots and rollback."""
         return _STATE_DECODER.decode(_STATE_ENCODER.encode(self.state))
 
+    def _state_copy(self) -> ConversationState:
+        """A copy of the state sharing its immutable values: its containers are new."""
+        state = self.state
+        return msgspec.structs.replace(
+            state,
+            responses=dict(state.responses),
+            calls=dict(state.calls),
+            activities=dict(state.activities),
+            counts=dict(state.counts),
+        )
+
     # --- queries ----------------------------------------------------------------------------
+
+    def next_turn_id(self) -> TurnId:
+        """A fresh turn id: `turn-N` for the conversation's N-th turn."""
+        return TurnId(f"turn-{self.state.counts.get('TurnStarted', 0) + 1}")
 
     def open_calls(self) -> list[CallId]:
         """Client tool calls without a response, oldest first."""
@@ -391,7 +408,10 @@ def _hosted_activity(state: ConversationState, event: HostedActivity) -> None:
         )
     if event.state not in TERMINAL:
         raise errors.InvalidTransition(f"activity {event.activity_id!r} is already started")
-    known.state = event.state
+    # Replaced, not mutated: `record_all` rolls back with a shallow copy of the state.
+    state.activities[event.activity_id] = ActivityState(
+        name=known.name, state=event.state, provider=known.provider
+    )
 
 
 def _unknown_artifact(state: ConversationState, event: UnknownArtifact) -> None:

@@ -23,11 +23,16 @@ from convstore.domain.events import (
     Event,
     ResponseEnded,
     ResponseStarted,
+    TurnEnded,
+    TurnStarted,
 )
 from convstore.domain.vocabulary import EndState, ErrorInfo, ResponseId, Writer
 
 DEFAULT_FLUSH_BYTES: Final = 4 * 1024 * 1024
 """Buffer bound: a response's events are committed together while they fit in it."""
+
+_CONTINUES: Final = frozenset({"tool_use", "pause"})
+"""Finish reasons after which the turn goes on (tool results, a paused-turn continuation)."""
 
 ENVELOPE_BYTES: Final = 512
 """Room left for the envelope a draft gains when recorded (id, version, time, hashes)."""
@@ -118,8 +123,12 @@ class ResponseRecorder:
         stored_digest = self.conversation.state.responses.get(response_id)
         if stored_digest is not None:
             return _compare(response_id, stored_digest, digest, drafts)
+        count_before = self.conversation.version
+        if self.conversation.state.open_turn is None:
+            self.conversation.record(
+                TurnStarted(turn_id=self.conversation.next_turn_id(), trigger="continuation")
+            )
         self.conversation.record(msgspec.structs.replace(started, writer=writer))
-        count_before = self.conversation.version - 1
         try:
             end = self._record_blocks(drafts, digest, response_id)
         except ConvstoreError as error:  # the decoder failed mid-stream: keep what arrived
@@ -130,6 +139,10 @@ class ResponseRecorder:
                 error=ErrorInfo(type=type(error).__name__, message=str(error)),
             )
         self.conversation.record(msgspec.structs.replace(end, digest=digest.hexdigest()))
+        turn = self.conversation.state.open_turn
+        if turn is not None and (end.state != "completed" or end.finish_reason not in _CONTINUES):
+            # The assistant yielded (or the response broke off): the turn is over.
+            self.conversation.record(TurnEnded(turn_id=turn, state=end.state))
         self.save(self.conversation)
         return ResponseOutcome(
             response_id=response_id,

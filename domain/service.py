@@ -14,7 +14,15 @@ from typing import Protocol
 import msgspec
 
 from convstore.domain.conversation import Conversation
-from convstore.domain.events import Event, HostedActivity, ResponseEnded, ToolCallResponded
+from convstore.domain.events import (
+    Event,
+    HostedActivity,
+    ResponseEnded,
+    ToolCallResponded,
+    TurnEnded,
+    TurnStarted,
+    UserMessage,
+)
 from convstore.domain.responses import ResponseOutcome, ResponseRecorder
 from convstore.domain.vocabulary import ActivityId, ConversationId, Writer
 from convstore.domain.writers import DEFAULT_STALE_AFTER, current_writer, writer_alive
@@ -86,6 +94,35 @@ class ConversationService:
         conversation = self.repository.load(conversation_id)
         self._close_dead_response(conversation)
         recorded = conversation.record_all(drafts)
+        self.repository.save(conversation)
+        return recorded
+
+    def add_user_input(
+        self, conversation_id: ConversationId, drafts: Iterable[Event]
+    ) -> list[Event]:
+        """Record user-side drafts with their turn boundaries, as one atomic batch.
+
+        A user message ends any open turn and starts a new one; tool results continue the
+        open turn (or start one triggered by them); context alone joins the open turn (or
+        starts one triggered by steering).
+        """
+        conversation = self.repository.load(conversation_id)
+        self._close_dead_response(conversation)
+        drafts = list(drafts)
+        open_turn = conversation.state.open_turn
+        boundaries: list[Event] = []
+        if any(isinstance(d, ToolCallResponded) for d in drafts):
+            if open_turn is None:
+                boundaries.append(
+                    TurnStarted(turn_id=conversation.next_turn_id(), trigger="tool_results")
+                )
+        elif any(isinstance(d, UserMessage) for d in drafts):
+            if open_turn is not None:
+                boundaries.append(TurnEnded(turn_id=open_turn, state="completed"))
+            boundaries.append(TurnStarted(turn_id=conversation.next_turn_id(), trigger="user"))
+        elif open_turn is None:
+            boundaries.append(TurnStarted(turn_id=conversation.next_turn_id(), trigger="steering"))
+        recorded = conversation.record_all([*boundaries, *drafts])
         self.repository.save(conversation)
         return recorded
 

@@ -198,7 +198,7 @@ def test_show_renders_the_transcript(
     assert (code, err) == (0, "")
     for expected in [
         f"conversation {demo_id} — Matcha in Uji",
-        "turn turn_1 (user)",
+        "turn turn-1 (user)",
         f"  user: {demo.QUESTION}",
         "reasoning: The user wants cafés in Uji",
         f'web search: "{demo.QUERY}" — started',
@@ -207,7 +207,7 @@ def test_show_renders_the_transcript(
         'tool call get_weather (toolu_01DemoGetWeather): {"location":"Uji, Kyoto"}',
         "tool result (toolu_01DemoGetWeather): Tomorrow: 14 °C, light rain (70 %)",
         "response ended: completed · stop (provider: end_turn)",
-        "turn turn_1 ended: completed",
+        "turn turn-1 ended: completed",
     ]:
         assert expected in out
     for opaque in ("signature", "encrypted_content", "encrypted_index", demo._opaque("index")):
