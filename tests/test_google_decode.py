@@ -45,6 +45,7 @@ from convstore.domain.events import (
     TurnStarted,
     UnknownArtifact,
 )
+from convstore.domain.responses import ResponseRecorder
 from convstore.domain.vocabulary import CallId, Source, TextRange, TurnId
 
 WIRE = Path(__file__).resolve().parents[2] / "shared" / "wire" / "gemini"
@@ -434,6 +435,25 @@ def test_non_streamed_payloads_are_the_bytes_received(exchange: Exchange) -> Non
         payload = getattr(event, "payload", None)
         if payload is not None and payload.format in ("part", "grounding_metadata"):
             assert payload.raw in exchange.body
+
+
+@pytest.mark.parametrize("exchange", STREAM_CASES)
+def test_the_fast_path_reads_chunks_as_the_general_one_does(exchange: Exchange) -> None:
+    """A null field the typed fast path does not know sends every chunk down the general
+    path; the drafts are the same."""
+    chunks = chunks_of(exchange.body)
+    general = [{**chunk, "futureField": None} for chunk in chunks]
+    assert comparable(exchange.decode(sse(*general))) == comparable(exchange.decode(sse(*chunks)))
+
+
+@pytest.mark.parametrize("exchange", ALL_CASES)
+def test_ingesting_a_response_twice_stores_it_once(exchange: Exchange) -> None:
+    conversation = record()
+    recorder = ResponseRecorder(conversation, lambda _: None)
+    first = recorder.record(exchange.decode())
+    again = recorder.record(exchange.decode())
+    assert again.already_stored and again.response_id == first.response_id
+    assert again.events == 0
 
 
 # --- cuts at every byte ----------------------------------------------------------------------

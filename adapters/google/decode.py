@@ -40,6 +40,7 @@ from convstore.domain.vocabulary import ErrorInfo
 __all__ = [
     "FINISH_REASONS",
     "RequestContext",
+    "context_for",
     "decode_array",
     "decode_message",
     "decode_stream",

@@ -79,6 +79,36 @@ _WHITESPACE: Final = b" \t\r\n"
 _TEXT: Final = "text"
 
 
+class _PlainPart(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    text: str
+    thought: bool = False
+
+
+class _PlainContent(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    parts: list[_PlainPart] = []
+    role: str | None = None
+
+
+class _PlainCandidate(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    content: _PlainContent | None = None
+    finishReason: str | None = None  # noqa: N815 (the wire's name)
+    index: int = 0
+    groundingMetadata: msgspec.Raw = msgspec.Raw()  # noqa: N815
+    urlContextMetadata: msgspec.Raw = msgspec.Raw()  # noqa: N815
+
+
+class _PlainChunk(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """The common chunk: any field beyond these fails the decode (the general path)."""
+
+    candidates: list[_PlainCandidate] = []
+    usageMetadata: dict[str, Any] | None = None  # noqa: N815
+    modelVersion: str | None = None  # noqa: N815
+    responseId: str | None = None  # noqa: N815
+
+
+_PLAIN: Final = msgspec.json.Decoder(_PlainChunk)
+
+
 def _append_text(block: OpenBlock, piece: str) -> bool:
     block.append_text("text", piece)
     return True
@@ -131,6 +161,10 @@ class ChunkDecoder:
         if self.done:
             return _NOTHING
         raw = raw.strip(_WHITESPACE)
+        if self.response_id is not None:
+            fast = self._fast(raw)
+            if fast is not None:
+                return fast
         try:
             fields = _FIELDS.decode(raw)
         except (msgspec.DecodeError, RecursionError) as error:
@@ -198,6 +232,37 @@ class ChunkDecoder:
         return self._close("abandoned", ErrorInfo(type=kind, message=message))
 
     # --- chunks ---
+
+    def _fast(self, raw: bytes) -> Sequence[Event] | None:
+        """The common chunk (plain text parts, usage, empty grounding) in one typed
+        decode; None for any other shape, which the general path reads."""
+        try:
+            chunk = _PLAIN.decode(raw)
+        except (msgspec.DecodeError, RecursionError):
+            return None
+        candidates = chunk.candidates
+        if len(candidates) > 1 or (candidates and candidates[0].index != 0):
+            return None
+        self._finished = False
+        if chunk.usageMetadata is not None:
+            self._usage = chunk.usageMetadata
+        if not candidates:
+            return _NOTHING
+        candidate = candidates[0]
+        drafts: list[Draft] = []
+        if candidate.content is not None:
+            for part in candidate.content.parts:
+                self._piece(drafts, part.text, part.thought)
+        self._keep(candidate.groundingMetadata or None, self._grounding)
+        self._keep(candidate.urlContextMetadata or None, self._url_context)
+        if candidate.finishReason is not None:
+            self._stop_reason = candidate.finishReason
+            self._finished = True
+        if not drafts:
+            return _NOTHING
+        out: list[Event] = []
+        self._emit(out, drafts)
+        return out
 
     def _start(self, raw: bytes, fields: dict[str, msgspec.Raw]) -> ResponseStarted:
         given, model = (
@@ -273,21 +338,23 @@ class ChunkDecoder:
                 out.append(self.mapper.unknown_value(value, "part"))
                 continue
             if is_mergeable(part):
-                text: str = part["text"]
-                if not text:
-                    continue  # an empty plain part says nothing (streams end with one)
-                thought = part.get("thought", False)
-                if self._run >= 0 and thought != self._run_thought:
-                    out.extend(self._close_run())
-                if self._run < 0:
-                    self._run, self._run_thought = self._runs, thought
-                    self._runs += 1
-                    self.assembler.start(self._run, {"text": "", "thought": thought})
-                self.assembler.delta(self._run, _TEXT, text)
+                self._piece(out, part["text"], part.get("thought", False))
                 continue
             out.extend(self._close_run())
             out.extend(self.mapper(AssembledBlock(-1, part, value)))
         return out
+
+    def _piece(self, out: list[Draft], text: str, thought: bool) -> None:
+        """Add a plain text part to the open run (closing one of the other kind)."""
+        if not text:
+            return  # an empty plain part says nothing (streams end with one)
+        if self._run >= 0 and thought != self._run_thought:
+            out.extend(self._close_run())
+        if self._run < 0:
+            self._run, self._run_thought = self._runs, thought
+            self._runs += 1
+            self.assembler.start(self._run, {"text": "", "thought": thought})
+        self.assembler.delta(self._run, _TEXT, text)
 
     def _close_run(self) -> list[Draft]:
         if self._run < 0:
