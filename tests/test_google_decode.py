@@ -802,6 +802,19 @@ def test_stop_mid_stream_does_not_end_the_response() -> None:
     assert list(decode_stream([head]))[-1].state == "abandoned"  # type: ignore[attr-defined]
 
 
+def test_a_usage_only_chunk_after_the_finish_keeps_it_finished() -> None:
+    usage: dict[str, Any] = {"usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 2}}
+    tails: list[dict[str, Any]] = [{**usage, "responseId": "resp-1"}, usage, {"candidates": []}]
+    for tail in tails:
+        events = list(decode_stream([sse(part_chunk({"text": "a"}, finish="STOP"), tail)]))
+        end = events[-1]
+        assert isinstance(end, ResponseEnded) and end.state == "completed"
+    end = list(decode_stream([sse(part_chunk({"text": "a"}, finish="STOP"), usage)]))[-1]
+    assert end.usage is not None and end.usage.output_tokens == 2  # type: ignore[attr-defined]
+    odd = list(decode_stream([sse(part_chunk({"text": "a"}, finish="STOP"), {})]))
+    assert [e.payload.format for e in of_type(odd, UnknownArtifact)] == ["chunk"]
+
+
 def test_open_blocks_at_a_cut() -> None:
     body = sse(
         part_chunk({"text": "Let me think", "thought": True}),

@@ -149,7 +149,8 @@ class ChunkDecoder:
         self._usage: dict[str, Any] = {}
         self._stop_reason: str | None = None
         self._finished = False
-        """Whether the latest chunk of candidate 0 carried a finishReason."""
+        """Whether the latest chunk with candidate 0 carried a finishReason (chunks
+        without it, e.g. usage only, leave it as it was), or the prompt was blocked."""
         self._blocked: str | None = None
         self._extras: dict[str, msgspec.Raw] = {}
         self._candidate_extras: dict[str, msgspec.Raw] = {}
@@ -185,7 +186,6 @@ class ChunkDecoder:
         out = []
         if self.response_id is None:
             out.append(self._start(raw, fields))
-        self._finished = False
         for name, value in fields.items():
             if name not in RESPONSE_FIELDS and value != _NULL:
                 self._extras[name] = value
@@ -243,7 +243,8 @@ class ChunkDecoder:
         candidates = chunk.candidates
         if len(candidates) > 1 or (candidates and candidates[0].index != 0):
             return None
-        self._finished = False
+        if not candidates and chunk.usageMetadata is None and chunk.responseId is None:
+            return None  # maybe no response chunk at all: the general path tells
         if chunk.usageMetadata is not None:
             self._usage = chunk.usageMetadata
         if not candidates:
@@ -255,9 +256,9 @@ class ChunkDecoder:
                 self._piece(drafts, part.text, part.thought)
         self._keep(candidate.groundingMetadata or None, self._grounding)
         self._keep(candidate.urlContextMetadata or None, self._url_context)
+        self._finished = candidate.finishReason is not None
         if candidate.finishReason is not None:
             self._stop_reason = candidate.finishReason
-            self._finished = True
         if not drafts:
             return _NOTHING
         out: list[Event] = []
@@ -307,9 +308,9 @@ class ChunkDecoder:
         self._keep(fields.get("groundingMetadata"), self._grounding)
         self._keep(fields.get("urlContextMetadata"), self._url_context)
         reason = decode_field(fields.get("finishReason"))
+        self._finished = isinstance(reason, str)
         if isinstance(reason, str):
             self._stop_reason = reason
-            self._finished = True
         return out
 
     @staticmethod
