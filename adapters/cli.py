@@ -18,12 +18,22 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from convstore.adapters import render
+import msgspec
+
+from convstore.adapters import recording, render, transcript
+from convstore.adapters.providers import PROVIDERS
 from convstore.adapters.render import Renderer, TextStream
-from convstore.domain import ConversationService, parse_conversation_id
-from convstore.domain.errors import ConversationNotFound, ConvstoreError
+from convstore.domain import (
+    AssistantText,
+    ConversationId,
+    ConversationService,
+    ResponseStarted,
+    parse_conversation_id,
+)
+from convstore.domain.errors import ConfigurationError, ConversationNotFound, ConvstoreError
 
 if TYPE_CHECKING:
     from convstore.storage import Store
@@ -125,9 +135,9 @@ def list_conversations(args: argparse.Namespace, session: Session) -> int:
     """One line per conversation: id, created, events, title."""
     summaries = session.service.list(offset=args.offset, limit=args.limit)
     if args.json:
-        session.out.json_array(render.to_data(summary) for summary in summaries)
+        session.out.json_array(transcript.to_data(summary) for summary in summaries)
     else:
-        session.out.lines(render.summary_line(summary) for summary in summaries)
+        session.out.lines(transcript.summary_line(summary) for summary in summaries)
     return 0
 
 
@@ -146,9 +156,208 @@ def show(args: argparse.Namespace, session: Session) -> int:
         raise ConversationNotFound(f"no conversation {conversation_id}")
     everything = itertools.chain((first,), events)
     if args.json:
-        session.out.json_array(render.to_data(event) for event in everything)
+        session.out.json_array(transcript.to_data(event) for event in everything)
     else:
-        session.out.lines(render.transcript(everything))
+        session.out.lines(transcript.transcript(everything))
+    return 0
+
+
+def _provider(text: str) -> str:
+    if text not in PROVIDERS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(PROVIDERS)}")
+    return text
+
+
+def _cfg_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cfg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE|NAME",
+        help="a configuration override (providers.anthropic.model=…) or a fragment NAME.toml",
+    )
+
+
+def _ingest_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--provider", type=_provider, required=True, help="the wire format")
+    parser.add_argument(
+        "--request",
+        type=Path,
+        metavar="REQ",
+        help="the captured request body that produced the first FILE",
+    )
+    parser.add_argument("--conversation", metavar="ID", help="ingest into this conversation")
+    parser.add_argument("--title", help="the title of a new conversation")
+    parser.add_argument(
+        "files",
+        nargs="+",
+        type=Path,
+        metavar="FILE",
+        help="response bodies (SSE or JSON), ingested in order",
+    )
+    _json_flag(parser)
+
+
+@command("ingest", "record captured response bodies into a conversation", _ingest_arguments)
+def ingest(args: argparse.Namespace, session: Session) -> int:
+    """Exit 0; 3 when a response ended failed or abandoned; 2 for a file holding no
+    response; 4 for a stored response id with different content."""
+    conversation = parse_conversation_id(args.conversation) if args.conversation else None
+    request = _read(args.request) if args.request is not None else None
+    report = recording.ingest(
+        session.service,
+        args.provider,
+        args.files,
+        request=request,
+        conversation_id=conversation,
+        title=args.title,
+    )
+    if args.json:
+        data = {
+            "conversation_id": None
+            if report.conversation_id is None
+            else str(report.conversation_id),
+            "responses": [msgspec.to_builtins(outcome) for outcome in report.responses],
+        }
+        if report.error is not None:
+            data["error"] = report.error
+        session.out.json(data)
+    else:
+        if report.conversation_id is not None:
+            session.out.line(f"conversation {report.conversation_id}")
+        if report.history_messages:
+            session.out.line(f"  {report.history_messages} request messages recorded first")
+        session.out.lines(transcript.outcome_line(outcome) for outcome in report.responses)
+    if report.error is not None:
+        session.err.line(f"{PROG}: error: {render.one_line(report.error)}")
+    return report.exit_code
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as error:
+        raise ConfigurationError(f"cannot read {path}: {error.strerror}") from None
+
+
+def _replay_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("id", help="the conversation's id")
+    parser.add_argument(
+        "--to", type=_provider, required=True, dest="provider", help="the provider to continue on"
+    )
+    parser.add_argument("--user", metavar="TEXT", help="append the next user message")
+    parser.add_argument("--model", help="the target model (default: configured or recorded)")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print what the request would leave out, not the request",
+    )
+    _cfg_flag(parser)
+    _json_flag(parser)
+
+
+@command("replay", "print the native request that continues a conversation", _replay_arguments)
+def replay(args: argparse.Namespace, session: Session) -> int:
+    """The request body as JSON on stdout (never writes to the store); `--dry-run` prints
+    the loss report instead."""
+    request = recording.replay(
+        session.service,
+        parse_conversation_id(args.id),
+        args.provider,
+        cfg=args.cfg,
+        model=args.model,
+        user=args.user,
+    )
+    if not args.dry_run:
+        session.out.json_text(request.to_json().decode())
+    elif args.json:
+        session.out.json([msgspec.to_builtins(loss) for loss in request.losses])
+    elif not request.losses:
+        session.out.line(f"nothing is left out replaying to {args.provider}")
+    else:
+        session.out.lines(transcript.loss_line(loss) for loss in request.losses)
+    return 0
+
+
+def _ask_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("text", help="the question")
+    parser.add_argument(
+        "--provider",
+        type=_provider,
+        default=None,
+        help="default: the conversation's provider, else anthropic",
+    )
+    parser.add_argument("--conversation", metavar="ID", help="continue this conversation")
+    parser.add_argument("--model", help="the model (default: configured or recorded)")
+    parser.add_argument("--title", help="the title of a new conversation")
+    _cfg_flag(parser)
+    _json_flag(parser)
+
+
+@command("ask", "ask a provider and record its response as it streams", _ask_arguments)
+def ask(args: argparse.Namespace, session: Session) -> int:
+    """Exit 0, or 3 when the response ended failed or abandoned (what arrived is kept)."""
+    conversation = parse_conversation_id(args.conversation) if args.conversation else None
+    provider = args.provider or _recorded_provider(session, conversation) or "anthropic"
+    report = recording.ask(
+        session.service,
+        provider,
+        args.text,
+        conversation_id=conversation,
+        cfg=args.cfg,
+        model=args.model,
+        title=args.title,
+    )
+    if args.json:
+        session.out.json(
+            {
+                "conversation_id": str(report.conversation_id),
+                "response": msgspec.to_builtins(report.response),
+                "abandoned_activities": report.abandoned,
+            }
+        )
+    else:
+        session.out.line(f"conversation {report.conversation_id}")
+        session.out.line(transcript.outcome_line(report.response))
+        events = session.service.events(report.conversation_id, after=0)
+        answer = [
+            e
+            for e in events
+            if isinstance(e, AssistantText) and e.response_id == report.response.response_id
+        ]
+        session.out.lines(transcript.transcript(answer))
+    return 0 if report.response.ended == "completed" else 3
+
+
+def _recorded_provider(session: Session, conversation: ConversationId | None) -> str | None:
+    if conversation is None:
+        return None
+    providers = [
+        e.provider
+        for e in session.service.events(conversation)
+        if isinstance(e, ResponseStarted) and e.origin == "provider"
+    ]
+    return providers[-1] if providers else None
+
+
+def _repair_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("id", help="the conversation's id")
+    _json_flag(parser)
+
+
+@command(
+    "repair", "close an interrupted response and answer orphaned tool calls", _repair_arguments
+)
+def repair(args: argparse.Namespace, session: Session) -> int:
+    """Append the repairs (never rewrites): the open response ends abandoned, every
+    unanswered client tool call gets a synthetic error result."""
+    recorded = session.service.repair(parse_conversation_id(args.id))
+    if args.json:
+        session.out.json_array(transcript.to_data(event) for event in recorded)
+    elif not recorded:
+        session.out.line("nothing to repair")
+    else:
+        session.out.lines(transcript.transcript(recorded))
     return 0
 
 

@@ -12,15 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from convstore.adapters.render import (
-    Renderer,
-    one_line,
-    sanitize,
-    summary_line,
-    to_data,
-    to_json,
-    transcript,
-)
+from convstore.adapters.render import Renderer, one_line, sanitize, to_json
+from convstore.adapters.transcript import summary_line, to_data, transcript
 from convstore.domain import (
     AssistantText,
     Attribution,

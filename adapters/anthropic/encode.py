@@ -79,6 +79,7 @@ from convstore.adapters.anthropic.config import (
     validate_hosted_tools,
 )
 from convstore.adapters.anthropic.context import PROVIDER, TOOL_ALIASES, is_hosted_tool_type
+from convstore.adapters.providers import Loss
 from convstore.domain.errors import ConfigurationError
 from convstore.domain.events import (
     AssistantText,
@@ -122,19 +123,6 @@ document): replayed in a user message."""
 _REPLAYED_FORMATS: Final = frozenset({"content_block"})
 _NOT_CONTENT: Final = frozenset({"stream_event", "message_fields"})
 """UnknownArtifact formats that were never message content: not replayed, not a loss."""
-
-
-class Loss(msgspec.Struct, frozen=True, kw_only=True):
-    """One thing a request leaves out, or converts, and why."""
-
-    version: int
-    """The event's `originator_version` (0 when the loss is not one event's)."""
-    event: str
-    """The event type, e.g. `Reasoning`, or `settings`."""
-    kind: str
-    """What is lost: `reasoning`, `hosted_activity`, `citations`, `payload`,
-    `unknown_artifact`, `tool_declaration`, `tool_choice`, `settings`, `text`."""
-    reason: str
 
 
 class MessageBlock(msgspec.Struct, kw_only=True):

@@ -31,6 +31,7 @@ from convstore.adapters.anthropic.blocks import BlockMapper
 from convstore.adapters.anthropic.context import PROVIDER, RequestContext
 from convstore.adapters.anthropic.encode import USER_CONTENT_BLOCK, build_messages
 from convstore.adapters.assembler import AssembledBlock
+from convstore.adapters.providers import MessageDrafts
 from convstore.domain.errors import DecodeError
 from convstore.domain.events import (
     Event,
@@ -55,15 +56,6 @@ __all__ = [
 
 class HistoryMismatch(DecodeError):
     """The conversation's recorded messages are not a prefix of the request's."""
-
-
-class MessageDrafts(msgspec.Struct, frozen=True, kw_only=True):
-    """The drafts of one request message."""
-
-    index: int
-    """The message's position in the request's `messages`."""
-    role: str
-    drafts: tuple[Event, ...]
 
 
 class _Message(msgspec.Struct):

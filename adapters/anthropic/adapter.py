@@ -1,0 +1,52 @@
+"""The Anthropic Messages API as a `ProviderAdapter` for the commands."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from convstore.adapters.anthropic.client import AnthropicClient
+from convstore.adapters.anthropic.config import AnthropicConfig
+from convstore.adapters.anthropic.context import RequestContext
+from convstore.adapters.anthropic.decode import detect_and_decode
+from convstore.adapters.anthropic.encode import EncodedRequest, encode_request
+from convstore.adapters.anthropic.history import history_drafts, recorded_prefix
+from convstore.adapters.providers import EncodedRequest as AnyEncodedRequest
+from convstore.adapters.providers import MessageDrafts, ProviderAdapter
+from convstore.domain.events import Event
+
+
+def _decode(
+    body: bytes | Iterable[bytes], request: bytes | None, status: int | None
+) -> Iterator[Event]:
+    context = RequestContext.from_body(request) if request is not None else None
+    return detect_and_decode(body, request=context, status=status)
+
+
+def _history(events: Sequence[Event], request: bytes) -> list[MessageDrafts]:
+    return history_drafts(request, start=recorded_prefix(events, request))
+
+
+def _encode(
+    events: Sequence[Event], config: Mapping[str, Any], model: str | None, user: str | None
+) -> EncodedRequest:
+    return encode_request(
+        events, config=AnthropicConfig.from_config(config), model=model, user=user
+    )
+
+
+@contextmanager
+def _send(request: AnyEncodedRequest, config: Mapping[str, Any]) -> Iterator[Iterable[bytes]]:
+    settings = AnthropicConfig.from_config(config)
+    betas = request.betas if isinstance(request, EncodedRequest) else ()
+    with (
+        AnthropicClient(settings.base_url, betas=betas) as client,
+        client.stream_message(request.to_json()) as stream,
+    ):
+        yield stream
+
+
+ADAPTER = ProviderAdapter(
+    name="anthropic", decode=_decode, history=_history, encode=_encode, send=_send
+)

@@ -1,0 +1,117 @@
+"""The provider adapters behind one interface, so commands treat every provider alike.
+
+Each wire-format package (`anthropic`, `openai`, `google`) registers a `ProviderAdapter`
+here: how to decode a response body, how to read the history a captured request holds,
+how to encode a conversation as the provider's request, and how to send one. Modules are
+imported on first use, so the command line starts fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import msgspec
+
+from convstore.domain.errors import ConfigurationError
+from convstore.domain.events import Event
+
+
+class Loss(msgspec.Struct, frozen=True, kw_only=True):
+    """One thing a request leaves out, or converts, and why."""
+
+    version: int
+    """The event's `originator_version` (0 when the loss is not one event's)."""
+    event: str
+    """The event type, e.g. `Reasoning`, or `settings`."""
+    kind: str
+    """What is lost: `reasoning`, `hosted_activity`, `citations`, `payload`,
+    `unknown_artifact`, `tool_declaration`, `tool_choice`, `settings`, `text`, …"""
+    reason: str
+
+
+class MessageDrafts(msgspec.Struct, frozen=True, kw_only=True):
+    """The drafts of one message of a captured request."""
+
+    index: int
+    """The message's position in the request."""
+    role: str
+    """`user` (user text, context, tool results) or `assistant` (a response of origin
+    `request`: ResponseStarted … ResponseEnded)."""
+    drafts: tuple[Event, ...]
+
+
+class EncodedRequest(Protocol):
+    """A provider's request body and what it leaves out."""
+
+    @property
+    def losses(self) -> Sequence[Loss]:
+        """What the request leaves out or converts."""
+        ...
+
+    def to_json(self) -> bytes:
+        """The body as JSON, every stored payload embedded byte for byte."""
+        ...
+
+
+Decode = Callable[[bytes | Iterable[bytes], bytes | None, int | None], Iterator[Event]]
+"""(body or chunks, the request body that produced it, HTTP status) → drafts."""
+History = Callable[[Sequence[Event], bytes], list[MessageDrafts]]
+"""(recorded events, request body) → drafts of the messages not recorded yet; raises
+DecodeError when the recorded messages are not a prefix of the request's."""
+Encode = Callable[[Sequence[Event], Mapping[str, Any], str | None, str | None], EncodedRequest]
+"""(events, configuration, model, next user text) → the request continuing them."""
+Send = Callable[[EncodedRequest, Mapping[str, Any]], AbstractContextManager[Iterable[bytes]]]
+"""(request, configuration) → the streamed response body; raises ProviderHTTPError."""
+
+
+@dataclass(frozen=True)
+class ProviderAdapter:
+    """What a provider's package offers the commands."""
+
+    name: str
+    decode: Decode
+    history: History | None = None
+    encode: Encode | None = None
+    send: Send | None = None
+
+    def need_history(self) -> History:
+        """`history`, or a clear error where this provider has none yet."""
+        if self.history is None:
+            raise ConfigurationError(f"--request is not supported for provider {self.name!r}")
+        return self.history
+
+    def need_encode(self) -> Encode:
+        """`encode`, or a clear error."""
+        if self.encode is None:
+            raise ConfigurationError(f"replay to {self.name!r} is not supported")
+        return self.encode
+
+    def need_send(self) -> Send:
+        """`send`, or a clear error."""
+        if self.send is None:
+            raise ConfigurationError(f"sending requests to {self.name!r} is not supported")
+        return self.send
+
+
+PROVIDERS: tuple[str, ...] = ("anthropic", "openai", "google")
+"""Every provider name the commands accept."""
+
+
+def adapter(name: str) -> ProviderAdapter:
+    """The adapter of provider `name` (its package's `ADAPTER`)."""
+    if name not in PROVIDERS:
+        raise ConfigurationError(
+            f"unknown provider {name!r}: expected one of {', '.join(PROVIDERS)}"
+        )
+    try:
+        module = importlib.import_module(f"convstore.adapters.{name}.adapter")
+    except ModuleNotFoundError as error:
+        if error.name != f"convstore.adapters.{name}.adapter":
+            raise
+        raise ConfigurationError(f"provider {name!r} has no adapter in this version") from None
+    found: ProviderAdapter = module.ADAPTER
+    return found
