@@ -73,14 +73,19 @@ class ProviderPayload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
         version: str = "",
         binding: dict[str, str] | None = None,
     ) -> ProviderPayload:
-        """Wrap raw JSON bytes; raises InvalidPayload unless they are one JSON document."""
+        """Wrap raw JSON bytes; raises InvalidPayload unless they are one JSON document.
+
+        Whitespace around the document is dropped (it is not part of the value, and
+        `msgspec.Raw` would not keep it through storage); the value itself is untouched.
+        """
+        value = bytes(value).strip(JSON_WHITESPACE)
         check_json_document(value, what=f"{provider} {format} payload")
         return cls(
             provider=provider,
             format=format,
             version=version,
             binding=binding or {},
-            value=msgspec.Raw(bytes(value)),
+            value=msgspec.Raw(value),
         )
 
     @property
@@ -89,14 +94,30 @@ class ProviderPayload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
         return bytes(self.value)
 
 
+JSON_WHITESPACE: Final = b" \t\n\r"
+
+
 def check_json_document(value: bytes, *, what: str = "payload") -> None:
-    """Raise InvalidPayload unless `value` is exactly one well-formed JSON document."""
+    """Raise InvalidPayload unless `value` is exactly one well-formed UTF-8 JSON document.
+
+    Whitespace around it is refused too: decoding a stored event yields the value
+    without it, so those bytes would not survive a round trip through storage.
+    """
     try:
         msgspec.json.decode(value, type=msgspec.Raw)
     except (msgspec.DecodeError, RecursionError) as error:
         raise InvalidPayload(f"{what} is not one JSON document: {error}") from None
     if not value.strip():
         raise InvalidPayload(f"{what} is empty")
+    if value[0] in JSON_WHITESPACE or value[-1] in JSON_WHITESPACE:
+        raise InvalidPayload(
+            f"{what} has whitespace around its JSON value, which storage does not keep; "
+            "strip it (ProviderPayload.of does)"
+        )
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InvalidPayload(f"{what} is not UTF-8: {error}") from None
 
 
 class Location(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
