@@ -7,6 +7,7 @@ type is the validation boundary. Provider payload bytes are embedded in the reco
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 from uuid import UUID
@@ -22,6 +23,8 @@ DEFAULT_MAX_EVENT_BYTES = 64 * 1024 * 1024
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(ConversationEvent)
+_encode = _encoder.encode
+_decode = _decoder.decode
 
 
 class MsgspecTranscoder(Transcoder):
@@ -42,6 +45,39 @@ def topic_of(cls: type[Event]) -> str:
     return get_topic(cls)
 
 
+_new_object = object.__new__
+
+
+def _fill_stored_event(
+    originator_id: UUID | str, originator_version: int, topic: str, state: bytes
+) -> StoredEvent:
+    # StoredEvent is a frozen dataclass: its __init__ makes four object.__setattr__ calls,
+    # ~0.6 µs, a third of what encoding a typical event costs. Filling the new instance's
+    # __dict__ builds the same (equal, hashable, frozen) record in a third of that time.
+    stored: StoredEvent = _new_object(StoredEvent)
+    fields = stored.__dict__
+    fields["originator_id"] = originator_id
+    fields["originator_version"] = originator_version
+    fields["topic"] = topic
+    fields["state"] = state
+    return stored
+
+
+def _stored_event_factory() -> Callable[[UUID | str, int, str, bytes], StoredEvent]:
+    """The fast builder, unless this eventsourcing's StoredEvent is not what it expects."""
+    try:
+        probe = StoredEvent(UUID(int=1), 1, "t", b"s")
+        same = _fill_stored_event(UUID(int=1), 1, "t", b"s")
+    except AttributeError:  # slots: no instance __dict__
+        return StoredEvent
+    if same != probe or vars(same) != vars(probe):
+        return StoredEvent
+    return _fill_stored_event
+
+
+_stored_event = _stored_event_factory()
+
+
 class EventMapper(Mapper[UUID]):
     """Maps conversation events to stored records and back, refusing oversized events."""
 
@@ -52,27 +88,27 @@ class EventMapper(Mapper[UUID]):
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
         """Encode one event; raises EventTooLarge over `max_event_bytes`."""
         event: Event = domain_event
-        state = _encoder.encode(event)
+        state = _encode(event)
         if len(state) > self.max_event_bytes:
             raise EventTooLarge(
                 f"{type(event).__name__} at version {event.originator_version} encodes to "
                 f"{len(state)} bytes, over limits.max_event_bytes = {self.max_event_bytes}"
             )
-        return StoredEvent(
-            originator_id=event.originator_id,
-            originator_version=event.originator_version,
-            topic=topic_of(type(event)),
-            state=state,
+        return _stored_event(
+            event.originator_id, event.originator_version, topic_of(type(event)), state
         )
 
     def to_domain_event(self, stored_event: StoredEvent) -> Any:
         """Decode one stored record into its typed event."""
-        return self.decode(stored_event.state)
+        try:
+            return _decode(stored_event.state)
+        except (msgspec.DecodeError, RecursionError) as error:
+            raise IntegrityError(f"stored event cannot be decoded: {error}") from None
 
     @staticmethod
     def decode(state: bytes) -> ConversationEvent:
         """Decode stored bytes; raises IntegrityError for bytes that are not an event."""
         try:
-            return _decoder.decode(state)
+            return _decode(state)
         except (msgspec.DecodeError, RecursionError) as error:
             raise IntegrityError(f"stored event cannot be decoded: {error}") from None

@@ -49,8 +49,10 @@ class EventRepository:
         if snapshot is None and not rows:
             raise ConversationNotFound(f"no conversation {conversation_id} in this store")
         decode = self.mapper.decode
+        # A generator, not a list: each event is dropped once applied, so replay's peak
+        # memory is the rows plus one event, not the rows plus every decoded event.
         return Conversation.replay(
-            conversation_id, [decode(state) for _, state in rows], state=state, version=version
+            conversation_id, (decode(state) for _, state in rows), state=state, version=version
         )
 
     def save(self, conversation: Conversation) -> Sequence[int]:
