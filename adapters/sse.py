@@ -207,6 +207,37 @@ class SSEFramer:
         if "\r" in text:
             # A CRLF split across chunks was handled in feed(): no text starts with its LF.
             text = text.replace("\r\n", "\n").replace("\r", "\n")
+        if self._in_event or self._data:
+            return self._slow_lines(text)
+        # Fast path: most events are `data: …` or `event: …\ndata: …` then a blank line.
+        # Whole blocks of those shapes become events directly; any other block (comments,
+        # ids, multi-line data, a field without its space) goes through the line parser.
+        blocks = text.split("\n\n")
+        rest = blocks.pop()
+        events: list[SSEEvent] = []
+        append = events.append
+        limit = self.max_event_bytes
+        for block in blocks:
+            if block[:6] == "data: " and "\n" not in block:
+                name, value = None, block[6:]
+            elif block[:7] == "event: " and block.count("\n") == 1:
+                name, _, value = block[7:].partition("\n")
+                if value[:6] != "data: " or not name:
+                    events.extend(self._slow_lines(block + "\n\n"))
+                    continue
+                value = value[6:]
+            else:
+                events.extend(self._slow_lines(block + "\n\n"))
+                continue
+            if (len(value) if value.isascii() else len(value.encode())) > limit:
+                raise self._too_large()
+            append(SSEEvent(data=value, event=name, id=self.last_event_id))
+        if rest:
+            events.extend(self._slow_lines(rest))
+        return events
+
+    def _slow_lines(self, text: str) -> list[SSEEvent]:
+        """The line-by-line parser: every field, comment and line shape of the spec."""
         lines = text.split("\n")
         lines.pop()  # the text ends with a line ending: the last piece is empty
         events: list[SSEEvent] = []
