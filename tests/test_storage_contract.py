@@ -9,26 +9,15 @@ fixture.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import sqlite3
-import sys
 import threading
 import time
-import types
 from pathlib import Path
 from typing import Any, cast
 from uuid import uuid4
 
 import pytest
 from eventsourcing.persistence import ProcessRecorder, StoredEvent
-
-if importlib.util.find_spec("Crypto") is None:
-    # eventsourcing's test module imports its AES cipher (extra `eventsourcing[crypto]`,
-    # pycryptodome) for tests we do not run; the recorder contract never touches it.
-    _cipher = types.ModuleType("eventsourcing.cipher")
-    _cipher.AESCipher = object  # type: ignore[attr-defined]
-    sys.modules.setdefault("eventsourcing.cipher", _cipher)
-
 from eventsourcing.tests.persistence import (
     ApplicationRecorderTestCase,
     NonInterleavingNotificationIDsBaseCase,
