@@ -9,7 +9,8 @@ position (`recorded_prefix` tells how many it holds; `history_drafts` makes the 
   of a one-string-field object such as `{"result": "15"}`, else the object as JSON;
   `is_error` for `{"error": …}`; the part itself as a `part` payload, so replay sends it
   back unchanged); any other part (inline data, a file) → an `UnknownArtifact` of format
-  `user_part`, replayed in a user content.
+  `user_part`, replayed in a user content. Field names a client spelled in snake_case
+  (`function_response`, …) are camelCased, their values keeping their bytes.
 - a `model` content: a response of origin `request` (it has no provider response id) with
   the id `request:<sha256(body)[:16]>:<index>`, its parts decoded by the response
   decoder itself (`stream.ChunkDecoder`, fed the content as one chunk of candidate 0): the
@@ -247,7 +248,7 @@ def _user(content: _Content, calls: _Calls) -> list[Event]:
                 texts.append(part["text"])
             continue
         flush()
-        value = msgspec.Raw(bytes(raw))
+        value = msgspec.Raw(_camel_bytes(raw))
         result = part.get("functionResponse") if part is not None else None
         call_id = (
             calls.answer(result.get("id"), result.get("name")) if isinstance(result, dict) else None
