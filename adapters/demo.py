@@ -1,214 +1,198 @@
-"""`python -m convstore.adapters.demo DIR`: one realistic conversation, then the CLI reads it.
+"""`python -m convstore.adapters.demo DIR`: the main job end to end, through the command line.
 
-Builds, through `ConversationService`, an Anthropic web-search conversation in an SQLite
-store at `DIR/convstore.db` (reasoning with a signature, a hosted search, cited text, a
-client tool round-trip), then runs `convstore list` and `convstore show` in a fresh
-process. The provider values are made up (see examples/README.md); a later issue replaces
-this with real ingestion.
+Every step is a real `convstore` command, run in a fresh process on an embedded SQLite
+store at `DIR/convstore.db` and printed as `$ convstore …` followed by its output:
+
+1. ingest the project's example captures (`examples/PROVIDER/SEQUENCE/`): exchange 1
+   with its request into a new conversation, each next exchange N with `N.request.json`
+   into the same conversation when that request repeats the previous one's messages
+   (a response already stored is reported as such and not written again), else into a
+   new one;
+2. ingest a stream cut short by a provider error: exit status 3, and what arrived is kept;
+3. list the conversations and show the web search one (citations, the activity line);
+4. replay the thinking + tool round trip: the exact Anthropic request that continues
+   it, then, for every other provider with an adapter, what a switch would leave out.
+
+Providers without an adapter in this version are skipped. Exit status 0 when every
+command exited as expected, else 1.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
+import contextlib
 import json
 import subprocess
 import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from convstore.adapters.providers import PROVIDERS, adapter
 from convstore.adapters.render import Renderer
-from convstore.domain import (
-    ActivityId,
-    AssistantText,
-    Attribution,
-    CallId,
-    ConversationId,
-    ConversationService,
-    HostedActivity,
-    ProviderPayload,
-    Reasoning,
-    RequestSettings,
-    ResponseEnded,
-    ResponseId,
-    ResponseStarted,
-    Source,
-    ToolCallRequested,
-    ToolCallResponded,
-    ToolDeclaration,
-    Usage,
-    UserMessage,
-)
-from convstore.storage import open_store
+from convstore.domain.errors import ConfigurationError
 
-MODEL = "claude-sonnet-4-5"
-SEARCH_VERSION = "web_search_20250305"
-QUESTION = "Where in Uji can I drink good matcha, and will it rain there tomorrow?"
-QUERY = "Uji matcha cafés 宇治抹茶"
-FIRST, SECOND = ResponseId("msg_01DemoSearchAndTool"), ResponseId("msg_02DemoFinalAnswer")
-SEARCH = ActivityId("srvtoolu_01DemoWebSearch")
-WEATHER = CallId("toolu_01DemoGetWeather")
-URL = "https://www.example.org/food/uji-matcha-cafes"
-TITLE = "The best matcha cafés in Uji — a local's list"
-SOURCE = Source(kind="web", url=URL, title=TITLE)
-EXCERPT = "Chazen-an, a family-run café a few minutes from Byōdō-in, pours thick koicha."
-SETTINGS = RequestSettings(
-    system="You are a concise travel assistant.",
-    tools=(
-        ToolDeclaration(name="web_search", hosted=True, native_type=SEARCH_VERSION),
-        ToolDeclaration(
-            name="get_weather",
-            description="Tomorrow's forecast for a place.",
-            input_schema={"type": "object", "properties": {"location": {"type": "string"}}},
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+CUT = EXAMPLES / "anthropic" / "errors" / "1"
+"""A stream cut by an `overloaded_error` event after some text."""
+WEB_SEARCH, ROUND_TRIP = "anthropic/web_search_citations", "anthropic/thinking_tool_roundtrip"
+NEXT_QUESTION = "Thanks! And the day after tomorrow?"
+SWITCH_MODELS = {"openai": "gpt-5.1", "google": "gemini-2.5-flash"}
+"""The model a switch of provider would ask (a request needs one)."""
+HEAD_LINES = 20
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A conversation id learned from an earlier step's `--json` output."""
+
+    name: str
+
+
+Arg = str | Path | Ref
+
+
+@dataclass(frozen=True)
+class Step:
+    """One command: what it shows, its arguments, the exit status it should end with."""
+
+    note: str
+    args: tuple[Arg, ...]
+    expect: int = 0
+    learn: str | None = None
+    """Remember the conversation id of this step's `--json` output under this name."""
+    head: int | None = None
+    """Pretty-print the JSON output and show only its first lines."""
+
+
+def _history(request: Path) -> list[object]:
+    """A request's messages (`messages`, `contents` or `input`)."""
+    body = json.loads(request.read_bytes())
+    history = body.get("messages") or body.get("contents") or body.get("input")
+    return history if isinstance(history, list) else [history]
+
+
+def _sequence(provider: str, folder: Path) -> Iterator[Step]:
+    """Exchange 1 starts a conversation; a later exchange whose request repeats the
+    previous request's messages continues it, any other is a separate question."""
+    name = f"{provider}/{folder.name}"
+    responses = sorted(folder.glob("*.response.*"), key=lambda p: int(p.name.split(".")[0]))
+    previous: list[object] = []
+    for number, response in enumerate(responses, start=1):
+        request = folder / f"{number}.request.json"
+        ingest = ("ingest", "--provider", provider, "--request", request, response)
+        history = _history(request)
+        if number == 1:
+            yield Step(f"{name}, exchange 1: a new conversation", (*ingest, "--json"), learn=name)
+        elif history[: len(previous)] == previous:
+            yield Step(f"{name}, exchange {number}", (*ingest, "--conversation", Ref(name)))
+        else:
+            yield Step(
+                f"{name}, exchange {number}: a separate question, a new conversation", ingest
+            )
+        previous = history
+
+
+def steps(providers: Sequence[str]) -> Iterator[Step]:
+    """The demo's commands, in order."""
+    for provider in providers:
+        for folder in sorted(p for p in (EXAMPLES / provider).iterdir() if p.is_dir()):
+            if folder.name != "errors":
+                yield from _sequence(provider, folder)
+    cut = (CUT.with_suffix(".request.json"), CUT.with_suffix(".response.sse"))
+    yield from [
+        Step(
+            "a stream cut by a provider error: what arrived is committed, exit status 3",
+            ("ingest", "--provider", "anthropic", "--request", *cut, "--json"),
+            expect=3,
+            learn="errors",
         ),
-    ),
-    tool_choice="auto",
-    max_tokens=2048,
-)
+        Step("what was kept of it", ("show", Ref("errors"))),
+        Step("every conversation in the store", ("list",)),
+        Step("the web search answer: citations and the search activity", ("show", Ref(WEB_SEARCH))),
+        Step(
+            "the exact Anthropic request continuing the thinking + tool round trip",
+            ("replay", Ref(ROUND_TRIP), "--to", "anthropic", "--user", NEXT_QUESTION),
+            head=HEAD_LINES,
+        ),
+    ]
+    for other in providers:
+        if other != "anthropic":
+            switch = ("--to", other, "--model", SWITCH_MODELS[other], "--dry-run")
+            yield Step(
+                f"switching it to {other}: what the request would leave out",
+                ("replay", Ref(ROUND_TRIP), *switch),
+            )
 
 
-def _opaque(label: str) -> str:
-    """A made-up opaque value (signature, encrypted content) that looks like the wire's."""
-    return base64.b64encode(hashlib.sha512(label.encode()).digest() * 2).decode()
+def available() -> list[str]:
+    """The providers whose adapter exists in this version."""
+    found = []
+    for name in PROVIDERS:
+        try:
+            adapter(name)
+        except ConfigurationError:
+            continue
+        found.append(name)
+    return found
 
 
-def _payload(block: dict[str, Any], *, version: str = "") -> ProviderPayload:
-    raw = json.dumps(block, ensure_ascii=False, separators=(",", ":")).encode()
-    return ProviderPayload.of(
-        "anthropic", "content_block", raw, version=version, binding={"model": MODEL}
-    )
+def _text(arg: str | Path) -> str:
+    """An argument as passed: a path relative to the current folder when it lies inside."""
+    if isinstance(arg, Path) and arg.is_relative_to(Path.cwd()):
+        return str(arg.relative_to(Path.cwd()))
+    return str(arg)
 
 
-def _first_response() -> list[Any]:
-    thinking = "The user wants cafés in Uji and tomorrow's weather: search, then call the tool."
-    results = [
-        {"type": "web_search_result", "url": url, "title": title, "encrypted_content": _opaque(url)}
-        for url, title in (
-            ("https://travel.example.com/japan/kyoto/uji-tea-guide", "Uji Tea Guide"),
-            (URL, TITLE),
-            ("https://blog.example.net/ja/uji-matcha-meaning", "宇治抹茶の基本"),
+def _shown(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False) if " " in text or not text else text
+
+
+class Demo:
+    """Runs steps against one store, remembering the conversation ids they report."""
+
+    def __init__(self, url: str, say: Renderer) -> None:
+        self.url, self.say = url, say
+        self.ids: dict[str, str] = {}
+        self.unexpected = 0
+
+    def run(self, step: Step) -> None:
+        """Run one step in a fresh process and show what it printed."""
+        missing = [a.name for a in step.args if isinstance(a, Ref) and a.name not in self.ids]
+        if missing:
+            self.say.line(f"\n# {step.note}: skipped, {missing[0]} was not ingested")
+            self.unexpected += 1
+            return
+        args = [self.ids[a.name] if isinstance(a, Ref) else _text(a) for a in step.args]
+        self.say.line(f"\n# {step.note}")
+        self.say.line(f"$ convstore {' '.join(map(_shown, args))}")
+        done = subprocess.run(
+            [sys.executable, "-m", "convstore.adapters.cli", "--db", self.url, *args],
+            capture_output=True,
+            text=True,
+            check=False,
         )
-    ]
-    citation = {
-        "type": "web_search_result_location",
-        "url": URL,
-        "title": TITLE,
-        "cited_text": EXCERPT,
-        "encrypted_index": _opaque("index"),
-    }
-    started = {"query": QUERY}
-    return [
-        ResponseStarted(response_id=FIRST, provider="anthropic", model=MODEL, settings=SETTINGS),
-        Reasoning(
-            response_id=FIRST,
-            text=thinking,
-            payload=_payload(
-                {"type": "thinking", "thinking": thinking, "signature": _opaque("signature")}
-            ),
-        ),
-        HostedActivity(
-            activity_id=SEARCH,
-            name="web_search",
-            state="started",
-            response_id=FIRST,
-            input=started,
-            payload=_payload(
-                {"type": "server_tool_use", "id": SEARCH, "name": "web_search", "input": started},
-                version=SEARCH_VERSION,
-            ),
-        ),
-        HostedActivity(
-            activity_id=SEARCH,
-            name="web_search",
-            state="completed",
-            response_id=FIRST,
-            summary="3 results",
-            payload=_payload(
-                {"type": "web_search_tool_result", "tool_use_id": SEARCH, "content": results},
-                version=SEARCH_VERSION,
-            ),
-        ),
-        AssistantText(
-            response_id=FIRST,
-            text="Chazen-an near Byōdō-in serves thick koicha with seasonal wagashi 🍵",
-            attributions=(
-                Attribution(
-                    source=SOURCE,
-                    excerpt=EXCERPT,
-                    replay=ProviderPayload.of(
-                        "anthropic", "citation", json.dumps(citation).encode()
-                    ),
-                ),
-            ),
-        ),
-        ToolCallRequested(
-            response_id=FIRST,
-            call_id=WEATHER,
-            name="get_weather",
-            arguments={"location": "Uji, Kyoto"},
-        ),
-        ResponseEnded(
-            response_id=FIRST,
-            state="completed",
-            finish_reason="tool_use",
-            stop_reason="tool_use",
-            usage=Usage(input_tokens=9874, output_tokens=356, hosted={"web_search_requests": 1}),
-        ),
-    ]
+        self.say.lines(f"  {line}".rstrip() for line in self._output(step, done.stdout))
+        self.say.lines(f"  {line}".rstrip() for line in done.stderr.splitlines())
+        if done.returncode:
+            self.say.line(f"  [exit status {done.returncode}]")
+        if done.returncode != step.expect:
+            self.say.line(f"  !! expected exit status {step.expect}")
+            self.unexpected += 1
+        if step.learn is not None and done.returncode in (0, 3):
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                self.ids[step.learn] = json.loads(done.stdout)["conversation_id"]
 
-
-def _second_response() -> list[Any]:
-    answer = "Go to Chazen-an for koicha, and pack an umbrella: light rain is likely (70 %)."
-    return [
-        ResponseStarted(response_id=SECOND, provider="anthropic", model=MODEL, settings=SETTINGS),
-        AssistantText(response_id=SECOND, text=answer),
-        ResponseEnded(
-            response_id=SECOND,
-            state="completed",
-            finish_reason="stop",
-            stop_reason="end_turn",
-            usage=Usage(input_tokens=10412, output_tokens=48),
-        ),
-    ]
-
-
-def build(service: ConversationService, say: Renderer) -> ConversationId:
-    """Record the demo conversation step by step, narrating; return its id."""
-    conversation = service.start("Matcha in Uji", ["demo", "web-search"])
-    say.line(f'1. started conversation {conversation} "Matcha in Uji"')
-    service.add_user_input(conversation, [UserMessage(blocks=(QUESTION,))])
-    say.line(f"2. a turn starts: the user asks {QUESTION!r}")
-    outcome = service.ingest(conversation, _first_response())
-    say.line(
-        f"3. response {FIRST} ({MODEL}): signed reasoning, a hosted web search (3 results), "
-        f"cited text, a get_weather call; {outcome.events} events, ended {outcome.ended}"
-    )
-    service.add_user_input(
-        conversation,
-        [ToolCallResponded(call_id=WEATHER, content="Tomorrow: 14 °C, light rain (70 %)")],
-    )
-    say.line(f"4. the client tool answered call {WEATHER}")
-    outcome = service.ingest(conversation, _second_response())
-    say.line(f"5. response {SECOND}: the final answer ({outcome.events} events); turn ended")
-    return conversation
-
-
-def run_cli(url: str, *args: str, say: Renderer) -> None:
-    """Run `convstore --db URL ARGS` in a fresh process and show what it printed."""
-    say.line(f"\n$ convstore --db {url} {' '.join(args)}")
-    done = subprocess.run(
-        [sys.executable, "-m", "convstore.adapters.cli", "--db", url, *args],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    say.lines(f"  {line}".rstrip() for line in (done.stdout + done.stderr).splitlines())
-    if done.returncode != 0:
-        raise SystemExit(f"convstore exited {done.returncode}")
+    def _output(self, step: Step, stdout: str) -> list[str]:
+        if step.head is None or not stdout.strip():
+            return stdout.splitlines()
+        lines = json.dumps(json.loads(stdout), ensure_ascii=False, indent=2).splitlines()
+        size = len(stdout.rstrip("\n").encode())
+        rest = f"… {len(lines) - step.head} more lines; the request is {size} bytes of JSON"
+        return [*lines[: step.head], rest] if len(lines) > step.head else lines
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Build the demo store in DIR and read it back through the command line."""
+    """Run the main job on a fresh store in DIR."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         Renderer(sys.stderr).line("usage: python -m convstore.adapters.demo DIR")
@@ -217,11 +201,18 @@ def main(argv: list[str] | None = None) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     url = f"sqlite:///{folder / 'convstore.db'}"
     say = Renderer(sys.stdout)
-    say.line(f"convstore demo: an SQLite store at {url}")
-    with open_store(url) as store:
-        conversation = build(store.service, say)
-    run_cli(url, "list", say=say)
-    run_cli(url, "show", str(conversation), say=say)
+    providers = available()
+    say.line(f"convstore demo: the example captures, through the command line, into {url}")
+    say.line(f"(each `$ convstore …` runs `python -m convstore.adapters.cli --db {url} …`)")
+    skipped = [name for name in PROVIDERS if name not in providers]
+    if skipped:
+        say.line(f"(no adapter yet for {', '.join(skipped)}: their examples are skipped)")
+    demo = Demo(url, say)
+    for step in steps(providers):
+        demo.run(step)
+    if demo.unexpected:
+        say.line(f"\n{demo.unexpected} step(s) did not end as expected (marked !! above)")
+        return 1
     return 0
 
 
