@@ -6,7 +6,8 @@ stdout and stderr (argparse's usage and errors included) is sanitized on the way
 
 Exit codes: 0 success; 2 a usage error or a `ConvstoreError` (one line on stderr, no
 traceback); 1 anything unexpected (a short line; `CONVSTORE_DEBUG=1` adds the sanitized
-traceback); 130 interrupted.
+traceback); 5 `verify` found a changed, removed or reordered event (`audit`: stored events
+that cannot be read); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import argparse
 import itertools
 import os
 import sys
+import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,10 +32,16 @@ from convstore.domain import (
     AssistantText,
     ConversationId,
     ConversationService,
+    ConversationSummary,
     ResponseStarted,
     parse_conversation_id,
 )
-from convstore.domain.errors import ConfigurationError, ConversationNotFound, ConvstoreError
+from convstore.domain.errors import (
+    ConfigurationError,
+    ConversationNotFound,
+    ConvstoreError,
+    IntegrityError,
+)
 
 if TYPE_CHECKING:
     from convstore.storage import Store
@@ -53,13 +61,18 @@ class Session:
         self._store: Store | None = None
 
     @property
-    def service(self) -> ConversationService:
-        """The application service of the store at `--db` (opened once, on first use)."""
+    def store(self) -> Store:
+        """The store at `--db` (opened once, on first use)."""
         if self._store is None:
             from convstore.storage import open_store  # here: `--help` needs no database
 
             self._store = open_store(self.url)
-        return self._store.service
+        return self._store
+
+    @property
+    def service(self) -> ConversationService:
+        """The application service of the store at `--db`."""
+        return self.store.service
 
     def close(self) -> None:
         """Close the store if a command opened it."""
@@ -226,7 +239,8 @@ def ingest(args: argparse.Namespace, session: Session) -> int:
         if report.conversation_id is not None:
             session.out.line(f"conversation {report.conversation_id}")
         if report.history_messages:
-            session.out.line(f"  {report.history_messages} request messages recorded first")
+            count = report.history_messages
+            session.out.line(f"  {count} request message{'s' if count != 1 else ''} recorded first")
         session.out.lines(transcript.outcome_line(outcome) for outcome in report.responses)
     if report.error is not None:
         session.err.line(f"{PROG}: error: {render.one_line(report.error)}")
@@ -359,6 +373,192 @@ def repair(args: argparse.Namespace, session: Session) -> int:
     else:
         session.out.lines(transcript.transcript(recorded))
     return 0
+
+
+# --- audit, verify, anchor --------------------------------------------------------------------
+
+EXIT_BROKEN = 5
+"""`verify` found a changed, removed or reordered event (or `audit` met stored events that
+cannot be read): a distinct code, so scripts can tell tampering from usage errors (2),
+interrupted responses (3) and conflicts (4)."""
+
+
+class _Progress:
+    """`what: phase done/total` on one stderr line, only when stderr is a terminal.
+
+    The line is redrawn in place: the carriage returns are written here, around text that
+    went through the sanitizer.
+    """
+
+    def __init__(self, err: Renderer, what: str) -> None:
+        self.stream = err.stream
+        isatty = getattr(self.stream, "isatty", None)
+        self.enabled = bool(isatty and isatty())
+        self.what = what
+        self.width = 0
+        self.shown_at = 0.0
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        if not self.enabled or (done < total and now - self.shown_at < 0.1):
+            return
+        self.shown_at = now
+        text = render.one_line(f"{self.what}: {phase} {done}/{total}")
+        self.stream.write("\r" + text.ljust(self.width))
+        self.width = max(self.width, len(text))
+
+    def clear(self) -> None:
+        """Remove the progress line."""
+        if self.width:
+            self.stream.write("\r" + " " * self.width + "\r")
+            self.width = 0
+
+
+def _audit_arguments(parser: argparse.ArgumentParser) -> None:
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("id", nargs="?", help="the conversation's id")
+    which.add_argument("--all", action="store_true", help="every conversation, oldest first")
+    _json_flag(parser)
+
+
+@command(
+    "audit", "report hosted work, spend, tool calls, payloads and chain heads", _audit_arguments
+)
+def audit_command(args: argparse.Namespace, session: Session) -> int:
+    """Per conversation and turn: hosted activity lifecycles, orphaned tool calls, hosted
+    counts beside the provider's counters, responses, the payload inventory (metadata only)
+    and the chain head. Exit 0; 5 when stored events cannot be read (run `verify`)."""
+    from convstore.projections import audit
+
+    service = session.service
+    if args.id is not None:
+        ids = [parse_conversation_id(args.id)]
+    else:
+        ids = [s.id for s in _all_summaries(service)]
+    progress = _Progress(session.err, "audit") if args.all else None
+    unreadable = 0
+
+    def reports() -> Iterator[audit.ConversationAudit]:
+        nonlocal unreadable
+        for position, conversation in enumerate(ids, 1):
+            try:
+                yield audit.audit(service.events(conversation))
+            except IntegrityError as error:
+                unreadable += 1
+                if progress is not None:
+                    progress.clear()
+                session.err.line(
+                    f"{PROG}: conversation {conversation} cannot be read: "
+                    f"{render.one_line(str(error))} (see `{PROG} verify`)"
+                )
+            if progress is not None:
+                progress("conversations", position, len(ids))
+
+    try:
+        if args.json and args.id is not None:
+            for report in reports():
+                session.out.json(audit.to_data(report))
+        elif args.json:
+            session.out.json_array(audit.to_data(report) for report in reports())
+        else:
+            for position, report in enumerate(reports()):
+                if progress is not None:
+                    progress.clear()
+                if position:
+                    session.out.line()
+                session.out.lines(audit.audit_lines(report))
+    finally:
+        if progress is not None:
+            progress.clear()
+    return EXIT_BROKEN if unreadable else 0
+
+
+def _all_summaries(service: ConversationService) -> Iterator[ConversationSummary]:
+    offset = 0
+    while page := service.list(offset=offset, limit=500):
+        yield from page
+        offset += len(page)
+
+
+def _verify_arguments(parser: argparse.ArgumentParser) -> None:
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("id", nargs="?", help="one conversation's id (default: all)")
+    which.add_argument("--all", action="store_true", help="every conversation (the default)")
+    parser.add_argument(
+        "--anchor",
+        type=Path,
+        metavar="FILE",
+        help="also compare with the chain heads `convstore anchor` exported earlier",
+    )
+    _json_flag(parser)
+
+
+@command(
+    "verify", "check the stored hash chains for changed, removed or moved events", _verify_arguments
+)
+def verify_command(args: argparse.Namespace, session: Session) -> int:
+    """Walk each conversation's chain in the stored bytes; list every break by conversation
+    and version. Exit 0 when intact, 5 when anything is broken."""
+    from convstore.projections import verify
+
+    anchors = None
+    if args.anchor is not None:
+        anchors = verify.parse_anchors(_read(args.anchor), source=str(args.anchor))
+    conversation = parse_conversation_id(args.id) if args.id is not None else None
+    progress = _Progress(session.err, "verify") if conversation is None else None
+    try:
+        report = verify.verify(session.store, conversation, anchors=anchors, progress=progress)
+    finally:
+        if progress is not None:
+            progress.clear()
+    if args.json:
+        session.out.json(verify.to_data(report))
+    else:
+        session.out.lines(verify.verify_lines(report))
+    return 0 if report.intact else EXIT_BROKEN
+
+
+def _anchor_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-o", "--output", type=Path, metavar="FILE", help="write the anchor file here"
+    )
+    _json_flag(parser)
+
+
+@command(
+    "anchor", "export every conversation's chain head, for `verify --anchor`", _anchor_arguments
+)
+def anchor_command(args: argparse.Namespace, session: Session) -> int:
+    """Without `-o`, stdout is the anchor file itself (JSON); with it, the file is written
+    (replaced atomically) and a summary printed. Keep it where the store's writers cannot
+    change it."""
+    from convstore.projections import verify
+
+    progress = _Progress(session.err, "anchor")
+    try:
+        anchors = verify.export_anchors(session.store, progress=progress)
+    finally:
+        progress.clear()
+    data = verify.dump_anchors(anchors)
+    if args.output is None:
+        session.out.write(data.decode("ascii"))
+        return 0
+    _write_atomically(args.output, data)
+    if args.json:
+        session.out.json({"file": str(args.output), "conversations": len(anchors)})
+    else:
+        session.out.line(f"{len(anchors)} chain heads written to {args.output}")
+    return 0
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_bytes(data)
+        os.replace(temporary, path)
+    except OSError as error:
+        temporary.unlink(missing_ok=True)
+        raise ConfigurationError(f"cannot write {path}: {error.strerror}") from None
 
 
 # --- the parser and main ----------------------------------------------------------------------

@@ -8,7 +8,7 @@ read here (only its size), and a Display's content is never shown.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final
 from uuid import UUID
 
@@ -36,6 +36,9 @@ from convstore.domain import (
     UserMessage,
 )
 from convstore.domain.responses import ResponseOutcome
+from convstore.projections.export import activity_label, cite, source_line, when
+
+__all__ = ["activity_label", "source_line", "when"]  # shared with the exports: one wording
 
 
 def payload_data(payload: ProviderPayload) -> dict[str, Any]:
@@ -71,11 +74,6 @@ def to_data(value: Any) -> Any:
     if isinstance(value, msgspec.Raw | bytes):
         return {"size": len(value)}  # opaque bytes are never shown
     return value
-
-
-def when(moment: datetime) -> str:
-    """A timestamp as people read it, in UTC."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def summary_line(summary: ConversationSummary) -> str:
@@ -130,42 +128,18 @@ class _Transcript:
         return self.sources.setdefault(source, len(self.sources) + 1)
 
     def assistant(self, texts: list[AssistantText]) -> Iterator[str]:
-        parts: list[str] = []
         cited: dict[int, Attribution] = {}
         for event in texts:
-            marks: set[tuple[int, int]] = set()
             for attribution in event.attributions:
-                n = self.number(attribution.source)
-                cited.setdefault(n, attribution)
-                span = attribution.range
-                end = span.end if span is not None else len(event.text.rstrip())
-                marks.add((min(max(end, 0), len(event.text)), n))
-            text = event.text
-            for end, n in sorted(marks, reverse=True):
-                text = f"{text[:end]}[{n}]{text[end:]}"
-            parts.append(text)
-        yield from self.block("assistant", "".join(parts).strip("\n") or "[no text]")
+                cited.setdefault(self.number(attribution.source), attribution)
+        text = cite(((event.text, event.attributions) for event in texts), self.number)
+        yield from self.block("assistant", text.strip("\n") or "[no text]")
         for n, attribution in sorted(cited.items()):
-            yield f"{self.pad}  {_source_line(n, attribution.source)}"
+            yield f"{self.pad}  {source_line(n, attribution.source)}"
             if attribution.excerpt:
                 yield f"{self.pad}      “{shorten(attribution.excerpt, 100)}”"
         if not all(event.attributions_complete for event in texts):
-            yield f"{self.pad}  (citations incomplete: the stream was cut)"
-
-
-def _source_line(n: int, source: Source) -> str:
-    kind = "" if source.kind == "web" else f"{source.kind.replace('_', ' ')}: "
-    target = source.url or source.id
-    line = f"[{n}] {kind}{one_line(source.title or '') or '(untitled)'}"
-    if target:
-        line += f" — {one_line(target)}"
-    location = source.location
-    if location is not None:
-        line += f" ({location.unit}s {location.start}-{location.end}"
-        if location.document_index is not None:
-            line += f" of document {location.document_index}"
-        line += ")"
-    return line
+            yield f"{self.pad}  (citations may be incomplete: the response broke off)"
 
 
 def _started(reader: _Transcript, event: Started) -> Iterator[str]:
@@ -261,13 +235,7 @@ def _tool_result(reader: _Transcript, event: ToolCallResponded) -> Iterator[str]
 
 def _activity(reader: _Transcript, event: HostedActivity) -> Iterator[str]:
     arguments = reader.inputs.setdefault(event.activity_id, event.input) or event.input
-    query = arguments.get("query")
-    line = f"{reader.pad}{one_line(event.name).replace('_', ' ')}:"
-    if isinstance(query, str):
-        line += f' "{shorten(query, 200)}"'
-    elif arguments:
-        line += f" {shorten(to_json(arguments), 200)}"
-    line += f" — {event.state}"
+    line = f"{reader.pad}{activity_label(event.name, arguments)} — {event.state}"
     if event.summary:
         line += f": {shorten(event.summary, 200)}"
     yield line

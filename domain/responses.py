@@ -49,9 +49,11 @@ _ENVELOPE: Final = frozenset(
         "digest",
         "payload",
         "replay",
-        "native",
+        "settings",
     }
 )
+"""Fields left out of a response's content digest: the envelope, payload formatting, and
+the request's settings (the same response may arrive for a streamed or a plain request)."""
 
 
 class ResponseOutcome(msgspec.Struct, frozen=True, kw_only=True):

@@ -413,11 +413,6 @@ def test_demo_runs_the_main_job_through_the_command_line(
             assert "reasoning left out" in out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="domain ContentDigest hashes ResponseStarted.settings.native: the non-streamed "
-    "copy of a stored response (web_search_citations/2) is refused as a conflict (exit 4)",
-)
 def test_demo_ends_every_step_as_expected(demo_run: tuple[int, str, Path]) -> None:
     code, out, _ = demo_run
     assert "!!" not in out

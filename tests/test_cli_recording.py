@@ -250,11 +250,6 @@ def test_reingesting_the_same_file_writes_nothing(
     assert versions(url) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="domain ContentDigest hashes ResponseStarted.settings.native (the raw request, "
-    '"stream": true vs false): the same response non-streamed is refused as a conflict',
-)
 def test_the_same_response_non_streamed_is_already_stored(
     capsys: pytest.CaptureFixture[str], url: str
 ) -> None:

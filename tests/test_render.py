@@ -361,7 +361,7 @@ def test_transcript_reads_like_a_conversation() -> None:
         "      [1] Page A — https://example.org/a",
         "          “up, up”",
         "      [2] document: Doc (pages 1-2)",
-        "      (citations incomplete: the stream was cut)",
+        "      (citations may be incomplete: the response broke off)",
         '    tool call f (c1): {"x":1}',
         f"    [unknown anthropic artifact: quantum_widget, {len(payload().raw)} bytes]",
         "  response ended: completed · tool_use",
