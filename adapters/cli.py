@@ -494,7 +494,9 @@ def _verify_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 @command(
-    "verify", "check the stored hash chains for changed, removed or moved events", _verify_arguments
+    "verify",
+    "check the stored hash chains for changed, removed or moved events (exit 5 if any)",
+    _verify_arguments,
 )
 def verify_command(args: argparse.Namespace, session: Session) -> int:
     """Walk each conversation's chain in the stored bytes; list every break by conversation
