@@ -563,6 +563,83 @@ def _write_atomically(path: Path, data: bytes) -> None:
         raise ConfigurationError(f"cannot write {path}: {error.strerror}") from None
 
 
+# --- export -----------------------------------------------------------------------------------
+
+
+def _export_arguments(parser: argparse.ArgumentParser) -> None:
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("id", nargs="?", help="the conversation's id")
+    which.add_argument("--all", action="store_true", help="every conversation, oldest first")
+    parser.add_argument(
+        "--format", required=True, choices=("json", "jsonl", "md"), help="the export format"
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        metavar="PATH",
+        help="a file (or a folder) for one conversation; the folder for --all (default: stdout)",
+    )
+    parser.add_argument(
+        "--progress", action="store_true", help="count on stderr even when it is no terminal"
+    )
+    _json_flag(parser)
+
+
+@command("export", "export conversations as JSON, JSONL or Markdown", _export_arguments)
+def export_command(args: argparse.Namespace, session: Session) -> int:
+    """Without `-o`, the export itself on stdout (inert); with it, files written only inside
+    the chosen folder (one per conversation for --all), and `--json` prints a summary."""
+    from convstore.projections import export, portable
+
+    if args.json and args.output is None:
+        raise ConfigurationError("--json summarizes the files written: use it with -o PATH")
+    service = session.service
+    if args.id is not None:
+        conversation = portable.load(service, parse_conversation_id(args.id))
+        if args.output is None:
+            for chunk in export.render(conversation, args.format):
+                session.out.write(chunk)
+            return 0
+        files = [export.write_one(args.output, conversation, args.format)]
+    else:
+        ids = [summary.id for summary in _all_summaries(service)]
+        progress = _Progress(session.err, "export")
+        forced, shown = args.progress and not progress.enabled, 0.0
+
+        def count(done: int) -> None:
+            nonlocal shown
+            progress("conversations", done, len(ids))
+            if forced and (done == len(ids) or time.monotonic() - shown >= 1):
+                shown = time.monotonic()
+                session.err.line(f"export: conversations {done}/{len(ids)}")
+
+        loaded = (portable.load(service, conversation) for conversation in ids)
+        try:
+            if args.output is None:
+                for done, conversation in enumerate(loaded, 1):
+                    progress.clear()
+                    if done > 1 and args.format == "md":
+                        session.out.write(export.MD_SEPARATOR)
+                    for chunk in export.render(conversation, args.format):
+                        session.out.write(chunk)
+                    count(done)
+                return 0
+            files = export.write_all(loaded, args.output, args.format, progress=count)
+        finally:
+            progress.clear()
+    if args.json:
+        data = {
+            "format": args.format,
+            "conversations": len(files),
+            "files": [str(f) for f in files],
+        }
+        session.out.json(data)
+    else:
+        session.out.line(f"{len(files)} conversation(s) exported to {args.output}")
+    return 0
+
+
 # --- the parser and main ----------------------------------------------------------------------
 
 

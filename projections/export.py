@@ -1,0 +1,685 @@
+"""Exports of the portable reading: JSON, JSONL and a Markdown transcript, and where they go.
+
+- **JSON**: one document per conversation, the `PortableConversation` of schema
+  `convstore.portable/1` (see `portable` for its rule of evolution); `portable.DECODER`
+  reads it back.
+- **JSONL**: one record a line, for indexing pipelines. Every line is self-describing:
+  `schema`, `conversation_id`, `turn_id` (null outside a turn), then `kind` and the event
+  `version` it comes from, then the fields of that kind: a `conversation` line first, a
+  `turn` line before each turn's items, and one line per item (`RECORD_DECODER` reads
+  any line; the envelope's extra keys are ignored there).
+- **Markdown**: a transcript with a heading per turn, activity lines such as
+  `web search: "query" — 3 results`, citation markers `[1]` in the answer and a Sources
+  list after each answer (cited text never appears without its sources; a cut answer
+  says its citations are incomplete).
+
+Every output is inert, on a terminal and in a Markdown viewer alike. JSON escapes every
+character the sanitizer forbids as `\\uXXXX` (`render.inert_json`: lossless). Markdown
+passes every stored string through `render.sanitize` *and then* escapes what would form
+markup: the order matters, since removing an escape sequence after escaping could eat an
+escaping backslash (`ESC \\[` is a whole sequence). That is why this module imports the
+sanitizer from `adapters.render`, a leaf module of the standard library only, rather than
+leaving it to the command line. The escaping (`md_text`): a backslash before
+`` \\ ` * _ [ ] < > | ~ & @ `` everywhere, before `:` of `://` and `.` before a letter
+(no autolink, extended or fuzzy), and before a block marker at a line's start (`#`, `-`,
+`+`, `=`, `1.`); after our own `[n]` markers a stored `(` or `:` is escaped too, so no
+stored text ever becomes a link, an image, HTML, a heading or a list. URLs in Sources
+are text, shown as `<url>` with both brackets escaped.
+
+Files: `ExportFolder` writes only inside one folder opened without following a link
+(`O_NOFOLLOW`), each file through a temporary file in that folder renamed into place,
+so a link planted at a file's name is replaced, never followed; names come from
+`file_name` (an ASCII slug of the title, then the id).
+
+The wording helpers (`when`, `activity_label`, `source_line`, `cite`) are shared with the
+terminal transcript (`adapters.transcript`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import stat
+import unicodedata
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import suppress
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, Literal, Protocol, TypeAlias
+from uuid import UUID
+
+import msgspec
+
+from convstore.adapters.render import inert_json, one_line, sanitize, shorten, to_json
+from convstore.domain.errors import ConfigurationError
+from convstore.domain.vocabulary import EndState, TurnTrigger
+from convstore.projections.portable import (
+    SCHEMA,
+    ActivityItem,
+    AnyItem,
+    CitedSource,
+    ContextItem,
+    PortableConversation,
+    ReasoningItem,
+    ResponseItem,
+    Schema,
+    TextItem,
+    ToolCallItem,
+    Turn,
+    UnknownItem,
+    UserItem,
+)
+
+Format: TypeAlias = Literal["json", "jsonl", "md"]
+FORMATS: Final[tuple[Format, ...]] = ("json", "jsonl", "md")
+"""Every export format; each is also its files' extension."""
+
+# --- wording shared with the terminal transcript -------------------------------------------
+
+
+def when(moment: datetime) -> str:
+    """A timestamp as people read it, in UTC."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def activity_label(name: str, input: Mapping[str, Any]) -> str:
+    """`web search: "query"`: a hosted activity's name and what it was asked, one line."""
+    label = f"{one_line(name).replace('_', ' ')}:"
+    query, queries = input.get("query"), input.get("queries")
+    if isinstance(query, str):
+        label += f' "{shorten(query, 200)}"'
+    elif isinstance(queries, list) and queries and all(isinstance(q, str) for q in queries):
+        label += " " + shorten(", ".join(f'"{q}"' for q in queries), 200)
+    elif input:
+        label += f" {shorten(to_json(input), 200)}"
+    return label
+
+
+class LocationLike(Protocol):
+    """A cited location (domain `Location`, portable `CitedLocation`)."""
+
+    @property
+    def unit(self) -> str: ...
+    @property
+    def start(self) -> int: ...
+    @property
+    def end(self) -> int: ...
+    @property
+    def document_index(self) -> int | None: ...
+
+
+class SourceLike(Protocol):
+    """A cited source (domain `Source`, portable `CitedSource`)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def url(self) -> str | None: ...
+    @property
+    def title(self) -> str | None: ...
+    @property
+    def id(self) -> str | None: ...
+    @property
+    def location(self) -> LocationLike | None: ...
+
+
+class SpanLike(Protocol):
+    """A cited span (domain `TextRange`, portable `Span`)."""
+
+    @property
+    def end(self) -> int: ...
+
+
+class CitationLike(Protocol):
+    """A citation (domain `Attribution`, portable `Citation`)."""
+
+    @property
+    def source(self) -> SourceLike: ...
+    @property
+    def range(self) -> SpanLike | None: ...
+
+
+def _same(text: str) -> str:
+    return text
+
+
+def source_line(
+    n: int,
+    source: SourceLike,
+    *,
+    text: Callable[[str], str] = one_line,
+    url: Callable[[str], str] | None = None,
+) -> str:
+    """`[n] kind: title — url (location)`; `text` renders stored strings, `url` the URL."""
+    kind = "" if source.kind == "web" else f"{source.kind.replace('_', ' ')}: "
+    line = f"[{n}] {kind}{text(source.title or '') or '(untitled)'}"
+    if source.url:
+        line += f" — {(url or text)(source.url)}"
+    elif source.id:
+        line += f" — {text(source.id)}"
+    location = source.location
+    if location is not None:
+        line += f" ({location.unit}s {location.start}-{location.end}"
+        if location.document_index is not None:
+            line += f" of document {location.document_index}"
+        line += ")"
+    return line
+
+
+def cite(
+    texts: Iterable[tuple[str, Iterable[CitationLike]]],
+    number: Callable[[Any], int],
+    escape: Callable[[str], str] = _same,
+) -> str:
+    """The texts joined, with `[n]` after each cited span (its range's end, else the text's
+    end); `number` numbers a source, `escape` renders the text between markers."""
+    parts: list[str] = []
+    marks: set[tuple[int, int]] = set()
+    offset = 0
+    for text, citations in texts:
+        for citation in citations:
+            span = citation.range
+            end = span.end if span is not None else len(text.rstrip())
+            marks.add((offset + min(max(end, 0), len(text)), number(citation.source)))
+        parts.append(text)
+        offset += len(text)
+    whole = "".join(parts)
+    out: list[str] = []
+    at = 0
+    for end, n in sorted(marks):
+        out.append(escape(whole[at:end]))
+        out.append(f"[{n}]")
+        at = end
+    out.append(escape(whole[at:]))
+    return "".join(out)
+
+
+# --- Markdown -------------------------------------------------------------------------------
+
+_MD_INLINE: Final = re.compile(r"[\\`*_\[\]<>|~&@]|:(?=//)|\.(?=[A-Za-z])")
+_MD_LINE_START: Final = re.compile(r"^([ \t]*)(?:([#+=-])|(\d{1,9})([.)]))", re.MULTILINE)
+_AFTER_MARK: Final = re.compile(r"(\[\d+\])([(:])")
+"""Our `[n]` followed by a stored `(` or `:` would be a link or a link definition."""
+
+
+def _line_start(match: re.Match[str]) -> str:
+    indent, marker, digits, dot = match.groups()
+    return f"{indent}\\{marker}" if marker else f"{indent}{digits}\\{dot}"
+
+
+def md_text(text: str) -> str:
+    """Stored text as inert Markdown: sanitized, then every markup character escaped."""
+    escaped = _MD_INLINE.sub(r"\\\g<0>", sanitize(text))
+    return _MD_LINE_START.sub(_line_start, escaped)
+
+
+def md_inline(text: str, width: int | None = None) -> str:
+    """Stored text as inert Markdown on one line, cut to `width` characters if given."""
+    return md_text(one_line(text) if width is None else shorten(text, width))
+
+
+def _md_url(url: str) -> str:
+    return f"\\<{md_inline(url)}\\>"
+
+
+def _quote(label: str, text: str, indent: str = "") -> Iterator[str]:
+    yield f"{indent}> **{label}**"
+    yield f"{indent}>"
+    for line in md_text(text).split("\n"):
+        yield f"{indent}> {line}" if line else f"{indent}>"
+
+
+def markdown(conversation: PortableConversation) -> Iterator[str]:
+    """The conversation as a Markdown transcript, line by line (inert; see the module)."""
+    yield f"# {md_inline(conversation.title) or '(untitled)'}"
+    yield ""
+    yield f"- conversation: {conversation.id}"
+    if conversation.created is not None:
+        yield f"- started: {when(conversation.created)}"
+    if conversation.labels:
+        yield f"- labels: {', '.join(md_inline(label) for label in conversation.labels)}"
+    yield f"- schema: {SCHEMA}, as of event {conversation.version}"
+    writer = _Markdown()
+    for turn in conversation.turns:
+        yield from writer.turn(turn)
+
+
+_CONTENT: Final = (TextItem, ReasoningItem, ToolCallItem, ActivityItem, UnknownItem)
+
+
+class _Markdown:
+    """The Markdown writer's state: the response being shown, the last system prompt."""
+
+    def __init__(self) -> None:
+        self.response: ResponseItem | None = None
+        self.system: str | None = None
+
+    def turn(self, turn: Turn) -> Iterator[str]:
+        yield ""
+        if turn.id is None:
+            yield "## Outside a turn"
+        else:
+            trigger = f" · {turn.trigger}" if turn.trigger else ""
+            yield f"## Turn {md_inline(turn.id)}{trigger}"
+        texts: list[TextItem] = []
+        for item in turn.items:
+            if isinstance(item, TextItem) and (
+                not texts or texts[0].response_id == item.response_id
+            ):
+                texts.append(item)  # Anthropic sends one block per cited passage: join them
+                continue
+            if texts:
+                yield from self.answer(texts)
+                texts = []
+            if isinstance(item, TextItem):
+                texts.append(item)
+                continue
+            yield from self.item(item)
+        if texts:
+            yield from self.answer(texts)
+        yield from self.close_response()
+        if turn.state is not None:
+            reason = f": {md_inline(turn.reason)}" if turn.reason else ""
+            yield ""
+            yield f"*Turn ended: {turn.state}{reason}*"
+
+    def item(self, item: AnyItem) -> Iterator[str]:
+        current = self.response
+        if current is not None and not (
+            isinstance(item, _CONTENT) and item.response_id == current.id
+        ):
+            yield from self.close_response()
+        yield ""
+        if isinstance(item, UserItem):
+            yield "**User**"
+            yield ""
+            yield md_text("\n\n".join(item.blocks)) if any(item.blocks) else "*(no text)*"
+        elif isinstance(item, ContextItem):
+            yield from _quote(f"Context ({md_inline(item.source)})", item.text)
+        elif isinstance(item, ResponseItem):
+            yield from self.open_response(item)
+        elif isinstance(item, ReasoningItem):
+            if item.redacted:
+                yield "*Reasoning: redacted*"
+            else:
+                yield from _quote("Reasoning", item.text)
+        elif isinstance(item, ActivityItem):
+            yield from _activity(item)
+        elif isinstance(item, ToolCallItem):
+            yield from _tool_call(item)
+        elif isinstance(item, UnknownItem):
+            provider, form = md_inline(item.provider), md_inline(item.format)
+            yield f"- unknown {provider} artifact: {form}, {item.size} bytes (kept, not shown)"
+
+    def open_response(self, item: ResponseItem) -> Iterator[str]:
+        self.response = item
+        line = f"**Assistant** · {md_inline(item.provider)}"
+        if item.model:
+            line += f" {md_inline(item.model)}"
+        line += f" · response {md_inline(item.id)}"
+        tools = [
+            f"{md_inline(tool.name)} (hosted)" if tool.hosted else md_inline(tool.name)
+            for tool in item.tools
+        ]
+        if tools:
+            line += f" · tools: {', '.join(tools)}"
+        if item.origin == "request":
+            line += " · from request history"
+        yield line
+        if item.system and item.system != self.system:
+            yield ""
+            yield from _quote("System prompt", item.system)
+        self.system = item.system or self.system
+
+    def close_response(self) -> Iterator[str]:
+        item, self.response = self.response, None
+        if item is None:
+            return
+        yield ""
+        if item.state is None:
+            yield "*Response still open.*"
+            return
+        line = f"Response {item.state} · {item.finish_reason}"
+        if item.stop_reason and item.stop_reason != item.finish_reason:
+            line += f" (provider: {md_inline(item.stop_reason)})"
+        usage = item.usage
+        if usage is not None:
+            counters = [
+                f"{label} {count}"
+                for label, count in (
+                    ("in", usage.input_tokens),
+                    ("out", usage.output_tokens),
+                    ("cache read", usage.cache_read_tokens),
+                    ("cache write", usage.cache_write_tokens),
+                    ("reasoning", usage.reasoning_tokens),
+                )
+                if count is not None
+            ]
+            counters += [f"{md_inline(name)} {count}" for name, count in usage.hosted.items()]
+            if counters:
+                line += f" · tokens {', '.join(counters)}"
+        error = item.error
+        if error is not None:
+            status = f" (HTTP {error.status})" if error.status is not None else ""
+            line += f" · error {md_inline(error.type)}{status}: {md_inline(error.message, 300)}"
+        yield f"*{line}*"
+
+    def answer(self, texts: list[TextItem]) -> Iterator[str]:
+        current = self.response
+        if current is not None and texts[0].response_id != current.id:
+            yield from self.close_response()
+        numbers: dict[CitedSource, int] = {}
+        cited: dict[int, tuple[CitedSource, str | None]] = {}
+
+        def number(source: CitedSource) -> int:
+            return numbers.setdefault(source, len(numbers) + 1)
+
+        for text in texts:
+            for citation in text.citations:
+                cited.setdefault(number(citation.source), (citation.source, citation.excerpt))
+        body = cite(((t.text, t.citations) for t in texts), number, md_text)
+        body = _AFTER_MARK.sub(r"\1\\\2", body).strip("\n")
+        yield ""
+        yield body if body.strip() else "*(no text)*"
+        if cited:
+            yield ""
+            yield "Sources:"
+            yield ""
+            for n, (source, excerpt) in sorted(cited.items(), key=lambda pair: pair[0]):
+                yield f"- {source_line(n, source, text=md_inline, url=_md_url)}"
+                if excerpt and excerpt.strip():
+                    yield f"  “{md_inline(excerpt.strip(), 200)}”"
+        if not all(text.citations_complete for text in texts):
+            yield ""
+            yield "*Citations incomplete: the stream was cut.*"
+
+
+def _activity(item: ActivityItem) -> Iterator[str]:
+    if item.state == "completed":
+        outcome = md_inline(item.summary) if item.summary else "completed"
+    else:
+        outcome = f"{item.state}: {md_inline(item.summary)}" if item.summary else item.state
+    yield f"- {md_text(activity_label(item.name, item.input))} — {outcome}"
+    display = item.display
+    if display is not None:
+        kind = md_inline(display.kind.replace("_", " "))
+        yield f"  - {kind} ({md_inline(display.content_type)}): not shown"
+
+
+def _tool_call(item: ToolCallItem) -> Iterator[str]:
+    arguments = md_inline(to_json(item.arguments), 500)
+    yield f"- tool call {md_inline(item.name)} ({md_inline(item.call_id)}): {arguments}"
+    result = item.result
+    yield ""
+    if result is None:
+        yield "  *no result*"
+        return
+    flags = [
+        word for word, on in (("error", result.is_error), ("synthetic", result.synthetic)) if on
+    ]
+    label = f"result ({', '.join(flags)})" if flags else "result"
+    yield from _quote(label, result.content or "(empty)", indent="  ")
+
+
+# --- JSON and JSONL -------------------------------------------------------------------------
+
+_ENCODER: Final = msgspec.json.Encoder()
+
+
+class ConversationLine(msgspec.Struct, kw_only=True, tag_field="kind", tag="conversation"):
+    """The first JSONL record of a conversation."""
+
+    version: int
+    """The version of its first event."""
+    title: str
+    """Its title."""
+    labels: list[str]
+    """Its labels."""
+    created: datetime | None
+    """When it started."""
+    head: int
+    """The newest event folded: the export is as of this version."""
+
+
+class TurnLine(msgspec.Struct, kw_only=True, tag_field="kind", tag="turn"):
+    """The JSONL record opening a turn (its items follow)."""
+
+    version: int
+    """The version of the event that opened it."""
+    trigger: TurnTrigger | None
+    """What opened it; None outside a turn."""
+    state: EndState | None
+    """How it ended; None while open."""
+    reason: str
+    """Why it ended, where recorded."""
+
+
+class Envelope(msgspec.Struct, kw_only=True):
+    """The keys every JSONL record starts with."""
+
+    schema: Schema
+    """The schema name and version."""
+    conversation_id: UUID
+    """The conversation the record belongs to."""
+    turn_id: str | None
+    """The turn it belongs to; None outside a turn (and for the `conversation` record)."""
+    kind: str
+    """What the record is: `conversation`, `turn`, or an item kind."""
+    version: int
+    """The version of the event the record comes from."""
+
+
+RECORD_DECODER: Final = msgspec.json.Decoder(ConversationLine | TurnLine | AnyItem)
+"""Decodes one JSONL record's body (the envelope's keys are ignored)."""
+ENVELOPE_DECODER: Final = msgspec.json.Decoder(Envelope)
+"""Decodes one JSONL record's envelope."""
+
+
+def json_document(conversation: PortableConversation) -> str:
+    """The conversation as one inert JSON document (no newline)."""
+    return inert_json(_ENCODER.encode(conversation).decode())
+
+
+def jsonl_records(conversation: PortableConversation) -> Iterator[str]:
+    """The conversation as inert JSONL records, one a string (no newlines)."""
+    conversation_id = str(conversation.id)
+
+    def record(turn_id: str | None, body: msgspec.Struct) -> str:
+        data: dict[str, Any] = {
+            "schema": SCHEMA,
+            "conversation_id": conversation_id,
+            "turn_id": turn_id,
+        }
+        data.update(msgspec.to_builtins(body))
+        return inert_json(_ENCODER.encode(data).decode())
+
+    first = conversation.turns[0].version if conversation.turns else conversation.version
+    head = ConversationLine(
+        version=1 if conversation.created is not None else first,
+        title=conversation.title,
+        labels=conversation.labels,
+        created=conversation.created,
+        head=conversation.version,
+    )
+    yield record(None, head)
+    for turn in conversation.turns:
+        line = TurnLine(
+            version=turn.version, trigger=turn.trigger, state=turn.state, reason=turn.reason
+        )
+        yield record(turn.id, line)
+        for item in turn.items:
+            yield record(turn.id, item)
+
+
+def render(conversation: PortableConversation, format: Format) -> Iterator[str]:
+    """The conversation in `format`, as inert text chunks, each ending in a newline."""
+    if format == "json":
+        yield json_document(conversation) + "\n"
+    elif format == "jsonl":
+        for record in jsonl_records(conversation):
+            yield record + "\n"
+    else:
+        for line in markdown(conversation):
+            yield line + "\n"
+
+
+MD_SEPARATOR: Final = "\n---\n\n"
+"""Between two Markdown transcripts written to one stream."""
+
+# --- files ----------------------------------------------------------------------------------
+
+_SLUG_WORDS: Final = re.compile(r"[a-z0-9]+")
+_RESERVED: Final = frozenset(
+    ["con", "prn", "aux", "nul"] + [f"com{i}" for i in range(10)] + [f"lpt{i}" for i in range(10)]
+)
+"""Device names Windows reserves, with any extension."""
+MAX_NAME_BYTES: Final = 255
+
+
+def slug(title: str, limit: int = 60) -> str:
+    """An ASCII slug of `title` (lowercase words joined by `-`, at most `limit` characters)."""
+    ascii_title = unicodedata.normalize("NFKD", title[: limit * 4]).encode("ascii", "ignore")
+    words = _SLUG_WORDS.findall(ascii_title.decode().lower())
+    return "-".join(words)[:limit].strip("-")
+
+
+def file_name(conversation: PortableConversation, format: Format) -> str:
+    """`slug-of-the-title-<id>.<format>`: unique by the id, safe on every filesystem."""
+    stem = slug(conversation.title)
+    stem = f"{stem}-{conversation.id}" if stem else str(conversation.id)
+    if stem.split(".")[0] in _RESERVED:  # unreachable with the id appended; kept as a guard
+        stem = f"_{stem}"
+    return f"{stem}.{format}"
+
+
+def _check_name(name: str) -> None:
+    if (
+        not name
+        or name in {".", ".."}
+        or "/" in name
+        or "\0" in name
+        or (os.sep != "/" and os.sep in name)
+        or len(os.fsencode(name)) > MAX_NAME_BYTES
+    ):
+        raise ConfigurationError(f"{name[:80]!r} is not a file name convstore writes")
+
+
+class ExportFolder:
+    """One folder opened without following a link; files are written inside it only.
+
+    A file is written to a new temporary file in the folder (`O_EXCL | O_NOFOLLOW`), then
+    renamed over its name: whatever was there (a file, a planted link) is replaced, and
+    no link is ever followed. Paths are resolved against the folder's descriptor, so
+    renaming or relinking the folder meanwhile changes nothing.
+    """
+
+    def __init__(self, path: Path, *, create: bool = False, follow: bool = False) -> None:
+        self.path = path
+        flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+        if not follow:
+            flags |= os.O_NOFOLLOW
+        try:
+            if create and not os.path.lexists(path):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with suppress(FileExistsError):
+                    os.mkdir(path, 0o755)
+            self.fd = os.open(path, flags)
+        except ValueError:
+            raise ConfigurationError(f"{_shown(path)}: a path cannot hold a NUL byte") from None
+        except OSError as error:
+            if os.path.islink(path):
+                raise ConfigurationError(
+                    f"{_shown(path)} is a symbolic link; convstore does not write through links"
+                ) from None
+            raise ConfigurationError(f"cannot use {_shown(path)}: {error.strerror}") from None
+
+    def write(self, name: str, chunks: Iterable[str]) -> Path:
+        """Write the chunks to the file `name` in the folder (UTF-8); return its path."""
+        _check_name(name)
+        temporary = f".convstore-{secrets.token_hex(8)}.tmp"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+        target = self.path / name
+        try:
+            fd = os.open(temporary, flags, 0o644, dir_fd=self.fd)
+            try:
+                with open(fd, "w", encoding="utf-8", newline="\n") as file:
+                    for chunk in chunks:
+                        file.write(chunk)
+                os.replace(temporary, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+            except BaseException:
+                with suppress(OSError):
+                    os.unlink(temporary, dir_fd=self.fd)
+                raise
+        except OSError as error:
+            raise ConfigurationError(f"cannot write {_shown(target)}: {error.strerror}") from None
+        return target
+
+    def close(self) -> None:
+        """Close the folder's descriptor."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> ExportFolder:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _shown(path: Path) -> str:
+    text = str(path)
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
+def write_one(path: Path, conversation: PortableConversation, format: Format) -> Path:
+    """Write one conversation to the file `path`, or into `path` when it is a folder.
+
+    A link at `path` is refused, never followed; the file is written through a temporary
+    file in its folder.
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    except ValueError:
+        raise ConfigurationError(f"{_shown(path)}: a path cannot hold a NUL byte") from None
+    except OSError as error:
+        raise ConfigurationError(f"cannot use {_shown(path)}: {error.strerror}") from None
+    if mode is not None and stat.S_ISLNK(mode):
+        raise ConfigurationError(
+            f"{_shown(path)} is a symbolic link; convstore does not write through links"
+        )
+    if mode is not None and stat.S_ISDIR(mode):
+        with ExportFolder(path) as folder:
+            return folder.write(file_name(conversation, format), render(conversation, format))
+    _check_name(path.name)
+    with ExportFolder(path.parent, follow=True) as folder:
+        return folder.write(path.name, render(conversation, format))
+
+
+def write_all(
+    conversations: Iterable[PortableConversation],
+    path: Path,
+    format: Format,
+    *,
+    progress: Callable[[int], None] | None = None,
+) -> list[Path]:
+    """Write each conversation to its own file in the folder `path` (created if missing;
+    a link there is refused); `progress` gets the count after each file."""
+    written: list[Path] = []
+    with ExportFolder(path, create=True) as folder:
+        for conversation in conversations:
+            written.append(
+                folder.write(file_name(conversation, format), render(conversation, format))
+            )
+            if progress is not None:
+                progress(len(written))
+    return written
