@@ -1097,6 +1097,7 @@ def test_configuration_overrides_the_recorded_settings() -> None:
         ),
         ({"thinking": {"thinking_budget": 1024}}, "gemini-2.0-flash", "does not think"),
         ({"thinking": {"thinking_budget": 0}}, "gemini-2.5-pro", "cannot turn"),
+        ({"thinking": {"thinking_budget": 0}}, "gemini-3-pro-preview", "cannot turn"),
     ],
 )
 def test_settings_a_model_or_endpoint_cannot_serve_fail_before_any_request(

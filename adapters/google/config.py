@@ -42,7 +42,7 @@ Validation, before any request is sent, is a ConfigurationError when:
   or a loopback host (a local test server or proxy); any other host is refused unless
   `endpoint_serves_hosted_tools = true`.
 - `thinking` is set for a model that does not think (generation 1 and 2.0), or
-  `thinking_budget = 0` for a 2.5 Pro model (which cannot turn thinking off).
+  `thinking_budget = 0` for a Pro model (2.5 Pro and later cannot turn thinking off).
 
 A Vertex-style base URL decides one more rule, checked when the configuration is read:
 Vertex AI addresses a model as `…/publishers/google/models/<model>`, so its `base_url`
@@ -398,7 +398,7 @@ def validate_thinking(thinking: Mapping[str, Any] | None, model: str) -> None:
             "thinking settings or choose a Gemini 2.5 or later model"
         )
     budget = thinking.get("thinkingBudget", thinking.get("thinking_budget"))
-    if budget == 0 and generation.version == (2, 5) and generation.variant.startswith("pro"):
+    if budget == 0 and generation.variant.startswith("pro"):
         raise ConfigurationError(
             f"providers.google.thinking.thinking_budget = 0: model {model!r} cannot turn "
             "thinking off; use -1 (dynamic) or a budget of at least 128"
