@@ -38,6 +38,7 @@ from convstore.adapters.openai.encode import (
     DeclaredTool,
     EncodedRequest,
     binding_mismatch,
+    call_id_for,
     context_envelope,
     encode_request,
     encode_request_bytes,
@@ -886,6 +887,28 @@ def foreign_events() -> list[Event]:
     conversation.record(ToolCallResponded(call_id=CallId("toolu_1"), content="404", is_error=True))
     conversation.record(ContextInjected(source="steering", text="Réponds en français."))
     return events_of(conversation)
+
+
+def test_long_foreign_call_ids_are_shortened_alike() -> None:
+    long_id = "gemini:" + "x" * 80
+    short = call_id_for(long_id)
+    assert (
+        len(short) == 64 and short == call_id_for(long_id) and short != call_id_for(long_id + "y")
+    )
+    assert call_id_for("call_1") == "call_1"
+    conversation = Conversation.start()
+    rid = ResponseId("g1")
+    conversation.record_all(
+        [
+            ResponseStarted(response_id=rid, provider="google", model="gemini-2.5-flash"),
+            ToolCallRequested(response_id=rid, call_id=CallId(long_id), name="f"),
+            ResponseEnded(response_id=rid, state="completed", finish_reason="tool_use"),
+        ]
+    )
+    conversation.record(ToolCallResponded(call_id=CallId(long_id), content="ok"))
+    body = body_of(encode_request(events_of(conversation), config=DEFAULT, model="gpt-5.1"))
+    check_responses_request(body)
+    assert [i["call_id"] for i in body["input"]] == [short, short]
 
 
 def test_portable_settings_tools_and_names() -> None:

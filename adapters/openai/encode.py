@@ -41,8 +41,10 @@ Portable form (other providers, and OpenAI responses that cannot be replayed nat
     response share one message); web citations with a URL and a range become `url_citation`
     annotations (OpenAI counts code points, as TextRange does); any other citation is
     listed as lost. Tool calls → `function_call` items with a fresh deterministic id
-    (`fc_<sha256>`) and the call id, arguments as JSON text. Reasoning, hosted activities,
-    unknown artifacts and other providers' payloads are left out and listed.
+    (`fc_<sha256>`) and the call id (shortened deterministically past 64 characters, alike
+    for the call and its output), arguments as JSON text, names made valid
+    (`[A-Za-z0-9_-]{1,64}`) the same way in `tools`. Reasoning, hosted activities, unknown
+    artifacts and other providers' payloads are left out and listed.
 
 Hosted activities (OpenAI)
     The call and its result are one item on this wire, carried by the terminal transition.
@@ -59,7 +61,9 @@ Settings
     `strict: false`, tool choice, max tokens). `model` (argument, then `config.model`) and
     `config.max_output_tokens` override; `store` is `config.store`, else the recorded value,
     else false; with `store: false` and reasoning replayed, `include` gains
-    `reasoning.encrypted_content` so the next reasoning comes back replayable. Hosted tools
+    `reasoning.encrypted_content` so the next reasoning comes back replayable; a target
+    model that does not reason (`config.NON_REASONING_FAMILIES`: GPT-4o, GPT-4.1, …) gets
+    neither the recorded `reasoning` nor that include (a `settings` loss). Hosted tools
     follow `config.hosted_tools` (`enable = true` declares the tool with the adapter's
     native type, `false` removes it, absent keeps what was recorded) except that a pending
     activity keeps its declaration. Every hosted tool declared is validated against the
@@ -121,6 +125,7 @@ __all__ = [
     "Loss",
     "binding_mismatch",
     "build_input",
+    "call_id_for",
     "context_envelope",
     "encode_request",
     "encode_request_bytes",
@@ -414,6 +419,19 @@ def function_name(name: str) -> str:
     return f"{_FUNCTION_NAME_BAD.sub('_', name)[:55]}_{digest}"
 
 
+MAX_CALL_ID: Final = 64
+"""The longest `call_id` sent as it is; a longer one (another provider's) is shortened."""
+
+
+def call_id_for(call_id: str) -> str:
+    """The `call_id` sent for a stored call id: itself, or, past `MAX_CALL_ID` characters,
+    a deterministic shortening (the same for a call and its output)."""
+    if len(call_id) <= MAX_CALL_ID:
+        return call_id
+    digest = hashlib.sha256(call_id.encode()).hexdigest()[:16]
+    return f"{call_id[: MAX_CALL_ID - 17]}_{digest}"
+
+
 def fresh_call_item_id(response_id: str, call_id: str) -> str:
     """The deterministic `fc_…` id of a tool call sent in portable form."""
     return "fc_" + hashlib.sha256(f"{response_id}\0{call_id}".encode()).hexdigest()[:40]
@@ -583,7 +601,7 @@ class _InputBuilder:
             {
                 "type": "function_call",
                 "id": fresh_call_item_id(event.response_id, event.call_id),
-                "call_id": event.call_id,
+                "call_id": call_id_for(event.call_id),
                 "name": function_name(event.name),
                 "arguments": _ENCODER.encode(event.arguments).decode(),
             }
@@ -616,7 +634,7 @@ class _InputBuilder:
                 "is_error left out: function_call_output has no error flag; the content is "
                 "sent as it is",
             )
-        self.emit({"type": kind, "call_id": event.call_id, "output": event.content})
+        self.emit({"type": kind, "call_id": call_id_for(event.call_id), "output": event.content})
 
     def activity(self, event: HostedActivity) -> None:
         replay = self._fate.get(event.activity_id)
