@@ -8,6 +8,7 @@ contract tests and callers recognise it).
     ├── InterfaceError      the connection or driver was misused or is closed
     ├── OperationalError    the database is busy, unreachable, full, or went away
     ├── IntegrityError      a unique key was violated (a version or tracking position taken)
+    │   └── TrackingConflict  a projection's position moved under a view transaction
     ├── DataError           a value the database cannot store
     ├── ProgrammingError    a bad statement or a missing table
     └── InternalError       the database reported an internal fault
@@ -34,6 +35,10 @@ class OperationalError(StorageError, es.OperationalError):
 
 class IntegrityError(StorageError, es.IntegrityError):
     """A unique key was violated: a version or tracking position is already taken."""
+
+
+class TrackingConflict(IntegrityError):
+    """Another worker advanced the projection since its position was read: re-read it."""
 
 
 class DataError(StorageError, es.DataError):

@@ -45,6 +45,7 @@ from convstore.storage.errors import (
     InterfaceError,
     OperationalError,
     ProgrammingError,
+    TrackingConflict,
     translating,
 )
 from convstore.storage.recorder import ConversationRecorder, FirstEvent, SnapshotRecord
@@ -406,6 +407,54 @@ class PostgresRecorder(ConversationRecorder):
         rows = self._fetch(self._sql["tracked"], (application_name,))
         return int(rows[0][0]) if rows else None
 
+    # --- projection views ---------------------------------------------------------------------
+
+    @contextmanager
+    def view_transaction(
+        self, name: str, *, track: int | None = None, after: int | None = None, reset: bool = False
+    ) -> Iterator[psycopg.Cursor[_ROW]]:
+        """A view's rows and its tracking record in one transaction, in this schema.
+
+        A transaction-scoped advisory lock on the projection's name serializes workers of
+        one projection (appends never wait for it); the position is checked under it.
+        """
+        with self._using() as connection, connection.transaction():
+            cursor = connection.cursor()
+            cursor.execute(
+                sql.SQL("SET LOCAL search_path TO {}").format(sql.Identifier(self.schema))
+            )
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(hashtext(%s))",
+                (f"convstore view {self.schema} {name}",),
+            )
+            if reset:
+                cursor.execute(self._sql["untrack"], (name,))
+            if track is not None:
+                row = cursor.execute(self._sql["tracked"], (name,)).fetchone()
+                position = None if row is None else int(row[0])
+                if position != after:
+                    raise TrackingConflict(
+                        f"{name!r} is at notification {position}, not {after}: another worker "
+                        "processed these notifications"
+                    )
+            yield cursor
+            if (
+                track is not None
+                and cursor.execute(self._sql["track"], (name, track)).fetchone() is None
+            ):
+                raise IntegrityError(f"{name!r} already processed notification {track}")
+
+    @contextmanager
+    def view_reader(self) -> Iterator[psycopg.Cursor[_ROW]]:
+        """A cursor in a read-only transaction with `search_path` set to this schema."""
+        with self._using() as connection, connection.transaction():
+            cursor = connection.cursor()
+            cursor.execute("SET TRANSACTION READ ONLY")
+            cursor.execute(
+                sql.SQL("SET LOCAL search_path TO {}").format(sql.Identifier(self.schema))
+            )
+            yield cursor
+
 
 _STATEMENTS = {
     "insert_topic": "INSERT INTO {s}.topics (topic) VALUES (%s) ON CONFLICT (topic) DO NOTHING",
@@ -423,6 +472,7 @@ _STATEMENTS = {
     " DO UPDATE SET notification_id = EXCLUDED.notification_id"
     " WHERE tracking.notification_id < EXCLUDED.notification_id RETURNING notification_id",
     "tracked": "SELECT notification_id FROM {s}.tracking WHERE application_name = %s",
+    "untrack": "DELETE FROM {s}.tracking WHERE application_name = %s",
 }
 
 

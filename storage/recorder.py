@@ -3,13 +3,16 @@
 eventsourcing's `ApplicationRecorder` and `TrackingRecorder` (notifications, tracking) are
 kept so its contract tests and projection runners work unchanged; the extra methods let
 the repository append with a snapshot in one transaction and replay without building a
-`StoredEvent` per row.
+`StoredEvent` per row, and let a projection write its view rows and its tracking record in
+one transaction of the events' own database (`view_transaction`).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Any
 from uuid import UUID
 
 import msgspec
@@ -56,6 +59,27 @@ class ConversationRecorder(ApplicationRecorder, TrackingRecorder, ABC):
     @abstractmethod
     def select_first_events(self, *, offset: int = 0, limit: int = 50) -> list[FirstEvent]:
         """First events of conversations in the order they were started."""
+
+    @abstractmethod
+    def view_transaction(
+        self, name: str, *, track: int | None = None, after: int | None = None, reset: bool = False
+    ) -> AbstractContextManager[Any]:
+        """One transaction for projection `name`'s view rows, yielding the backend's cursor.
+
+        The cursor is the driver's own (`sqlite3.Cursor`, `?` parameters; `psycopg.Cursor`,
+        `%s` parameters, with `search_path` set to the store's schema), so view tables live
+        beside the events. Concurrent transactions of one projection are serialized.
+        `reset` first deletes the projection's tracking records (a rebuild). With `track`,
+        the projection's position must be `after` (None: nothing processed) when the
+        transaction begins, else `TrackingConflict` and nothing is written; when the block
+        ends without error, tracking record `track` is inserted (a position at or below
+        the projection's is refused with IntegrityError) and everything commits at once.
+        Any error rolls everything back.
+        """
+
+    @abstractmethod
+    def view_reader(self) -> AbstractContextManager[Any]:
+        """A cursor for reading view tables (the same driver cursor as `view_transaction`)."""
 
     @abstractmethod
     def close(self) -> None:

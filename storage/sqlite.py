@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 from eventsourcing.persistence import Notification, StoredEvent, Subscription, Tracking
 
-from convstore.storage.errors import IntegrityError, translating
+from convstore.storage.errors import IntegrityError, TrackingConflict, translating
 from convstore.storage.recorder import ConversationRecorder, FirstEvent, SnapshotRecord
 
 BUSY_TIMEOUT_MS = 5000
@@ -351,6 +352,44 @@ class SQLiteRecorder(ConversationRecorder):
                 .fetchone()
             )
         return None if row[0] is None else int(row[0])
+
+    # --- projection views ---------------------------------------------------------------------
+
+    @contextmanager
+    def view_transaction(
+        self, name: str, *, track: int | None = None, after: int | None = None, reset: bool = False
+    ) -> Iterator[sqlite3.Cursor]:
+        """A view's rows and its tracking record in one `BEGIN IMMEDIATE` transaction.
+
+        The database lock serializes it with appends and with other workers' batches, so
+        the position read here cannot move before the commit.
+        """
+        with translating(), self._transaction() as cursor:
+            if reset:
+                cursor.execute("DELETE FROM tracking WHERE application_name = ?", (name,))
+            if track is not None:
+                row = cursor.execute(
+                    "SELECT max(notification_id) FROM tracking WHERE application_name = ?",
+                    (name,),
+                ).fetchone()
+                if row[0] != after:
+                    raise TrackingConflict(
+                        f"{name!r} is at notification {row[0]}, not {after}: another worker "
+                        "processed these notifications"
+                    )
+            yield cursor
+            if track is not None:
+                self._insert_tracking(cursor, Tracking(name, track))
+
+    @contextmanager
+    def view_reader(self) -> Iterator[sqlite3.Cursor]:
+        """A cursor on this thread's connection (WAL: reads never wait for the writer)."""
+        with translating():
+            cursor = self._connection().cursor()
+            try:
+                yield cursor
+            finally:
+                cursor.close()
 
 
 class _Transaction:
