@@ -217,7 +217,7 @@ def md_text(text: str) -> str:
 
 def md_inline(text: str, width: int | None = None) -> str:
     """Stored text as inert Markdown on one line, cut to `width` characters if given."""
-    return md_text(one_line(text) if width is None else shorten(text, width))
+    return md_text(one_line(text) if width is None else shorten(text, width)).strip()
 
 
 def _md_url(url: str) -> str:
@@ -261,7 +261,7 @@ class _Markdown:
         if turn.id is None:
             yield "## Outside a turn"
         else:
-            trigger = f" · {turn.trigger}" if turn.trigger else ""
+            trigger = f" · {md_inline(turn.trigger)}" if turn.trigger else ""
             yield f"## Turn {md_inline(turn.id)}{trigger}"
         texts: list[TextItem] = []
         for item in turn.items:
@@ -341,7 +341,7 @@ class _Markdown:
         if item.state is None:
             yield "*Response still open.*"
             return
-        line = f"Response {item.state} · {item.finish_reason}"
+        line = f"Response {item.state} · {md_inline(item.finish_reason or 'other')}"
         if item.stop_reason and item.stop_reason != item.finish_reason:
             line += f" (provider: {md_inline(item.stop_reason)})"
         usage = item.usage
