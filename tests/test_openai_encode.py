@@ -1332,3 +1332,20 @@ def test_loss_is_the_shared_struct() -> None:
     assert (
         msgspec.json.decode(msgspec.json.encode(encoded.losses[0]), type=Loss) == encoded.losses[0]
     )
+
+
+def test_settings_come_from_the_newest_openai_request_even_after_a_switch() -> None:
+    native = {"model": "gpt-5.1", "instructions": "Sois bref.", "tools": [FUNCTION]}
+    conversation = Conversation.start()
+    for event in openai_events(native)[1:]:
+        conversation.record(msgspec.structs.replace(event, originator_version=0, hash=""))
+    for event in foreign_events()[1:]:
+        conversation.record(msgspec.structs.replace(event, originator_version=0, hash=""))
+    encoded = encode_request(events_of(conversation), config=DEFAULT)
+    body = body_of(encoded)
+    assert (body["model"], body["instructions"], body["tools"]) == (
+        "gpt-5.1",
+        "Sois bref.",
+        [FUNCTION],
+    )
+    assert "settings" not in {loss.kind for loss in encoded.losses}

@@ -54,11 +54,13 @@ Hosted activities (OpenAI)
     complete) or without a payload: left out, a loss.
 
 Settings
-    From the newest `ResponseStarted` that carries settings: its native request (the body
+    From the newest OpenAI `ResponseStarted` that carries its native request (the body
     without `input`; `stream` dropped: the client chooses; `previous_response_id` and
-    `conversation` dropped: the whole history is sent) when it is OpenAI's, else the
-    portable settings (system prompt → `instructions`, client tools → `function` tools with
-    `strict: false`, tool choice, max tokens). `model` (argument, then `config.model`) and
+    `conversation` dropped: the whole history is sent), even when another provider
+    answered since (its settings do not map onto OpenAI's); when the conversation holds
+    none, from the newest `ResponseStarted` that carries settings, read portably (system
+    prompt → `instructions`, client tools → `function` tools with `strict: false`, tool
+    choice, max tokens). `model` (argument, then `config.model`) and
     `config.max_output_tokens` override; `store` is `config.store`, else the recorded value,
     else false; with `store: false` and reasoning replayed, `include` gains
     `reasoning.encrypted_content` so the next reasoning comes back replayable; a target
@@ -290,6 +292,8 @@ class _Scan:
         self.activities: dict[str, _Activity] = {}
         self.newest: ResponseStarted | None = None
         self.newest_with_settings: ResponseStarted | None = None
+        self.newest_native: ResponseStarted | None = None
+        """The newest OpenAI response whose settings hold its native request."""
         self.calls: dict[str, str] = {}
         """Call id → the OpenAI call item type (`function_call`, `custom_tool_call`, …)."""
         for event in events:
@@ -298,6 +302,9 @@ class _Scan:
                 self.newest = event
                 if event.settings != _NO_SETTINGS:
                     self.newest_with_settings = event
+                    native = event.settings.native
+                    if native is not None and native.provider == PROVIDER:
+                        self.newest_native = event
                 continue
             if isinstance(event, ResponseEnded):
                 known = self.responses.get(event.response_id)
@@ -904,7 +911,7 @@ class _Settings:
     def resolve(
         cls, scan: _Scan, config: OpenAIConfig, model: str | None, losses: list[Loss]
     ) -> _Settings:
-        source = scan.newest_with_settings or scan.newest
+        source = scan.newest_native or scan.newest_with_settings or scan.newest
         native: dict[str, msgspec.Raw] | None = None
         portable = source.settings if source is not None else _NO_SETTINGS
         if source is not None and portable.native is not None:
