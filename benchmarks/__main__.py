@@ -1,4 +1,4 @@
-"""`python -m benchmarks [--quick] [--json FILE] [--only FAMILY,...] [--dir FOLDER]`.
+"""`python -m benchmarks [--quick|--full] [--json FILE] [--only FAMILY,...] [--dir FOLDER]`.
 
 Runs every benchmark family and prints one table: each figure as ours / baseline (both
 measured in this run, on the same data) beside its target, with the absolute numbers.
@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
 
-from benchmarks import mapper, postgres, storage
+from benchmarks import mapper, postgres, search, storage
 from benchmarks.common import Figure, Sizes, render_table
 
 FAMILIES: dict[str, Callable[[Sizes, Path], list[Figure]]] = {
@@ -29,6 +29,7 @@ FAMILIES: dict[str, Callable[[Sizes, Path], list[Figure]]] = {
     "replay": storage.replay_figures,
     "mapper": lambda sizes, _folder: mapper.mapper_figures(sizes),
     "postgres": lambda sizes, _folder: postgres.postgres_figures(sizes),
+    "search": search.search_figures,
 }
 
 
@@ -61,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmarks; exit 0 even when a target is missed (speed is measured, not tested)."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
+    parser.add_argument(
+        "--full", action="store_true", help="also the longest runs (search growth at 1M items)"
+    )
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the figures here")
     parser.add_argument(
         "--only",
@@ -85,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown families {unknown}; choose from {list(FAMILIES)}")
 
-    sizes = Sizes.for_run(quick=args.quick)
+    sizes = Sizes.for_run(quick=args.quick, full=args.full)
     folder = args.dir or Path(tempfile.mkdtemp(prefix="convstore-bench-"))
     folder.mkdir(parents=True, exist_ok=True)
     environment = _environment(folder, sizes)

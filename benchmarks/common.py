@@ -35,13 +35,15 @@ class Sizes:
     mapper_responses: int
     """Responses' events encoded and decoded per mapper round."""
     warmup: int
+    full: bool = False
+    """`--full`: the sizes a figure allows only when asked (search growth at 1,000,000 items)."""
 
     @classmethod
-    def for_run(cls, *, quick: bool) -> Sizes:
-        """The full sizes, or the smoke-run sizes."""
+    def for_run(cls, *, quick: bool, full: bool = False) -> Sizes:
+        """The default sizes, the smoke-run sizes, or (`full`) the longest runs too."""
         if quick:
             return cls(True, 1_000, 30, 5, 9, 10, 2)
-        return cls(False, 10_000, 200, 15, 101, 50, 5)
+        return cls(False, 10_000, 200, 15, 101, 50, 5, full=full)
 
 
 @dataclass

@@ -38,9 +38,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from eventsourcing.persistence import Notification, Subscription
 
-from convstore.domain.events import ConversationEvent
 from convstore.storage.errors import IntegrityError, OperationalError, TrackingConflict
 from convstore.storage.mapper import EventMapper
 from convstore.storage.recorder import ConversationRecorder
@@ -51,8 +51,11 @@ DEFAULT_BATCH = 1000
 """Notifications per transaction: large enough to amortize the commit, small enough that a
 SQLite follower holds the write lock for tens of milliseconds at a time."""
 
-Positioned = tuple[int, ConversationEvent]
+Positioned = tuple[int, Any]
 """A decoded event with its notification id."""
+
+Stored = tuple[int, bytes]
+"""A stored event's notification id and bytes."""
 
 Fault = Callable[[str], None]
 """A test hook called at named points of a batch: `read` (before the transaction),
@@ -68,6 +71,10 @@ class TrackedProjection(ABC):
 
     name: str
     """The tracking records' application name (one position per projection)."""
+
+    decoder: Callable[[bytes], Any] | None = None
+    """How the projection reads a stored event; None: the store's mapper (typed events).
+    A projection may read only the fields it needs, with msgspec structs of its own."""
 
     @abstractmethod
     def setup(self, cursor: Any) -> None:
@@ -133,7 +140,7 @@ class Follower:
         self.recorder = recorder
         self.projection = projection
         self.name = projection.name
-        self.decode = (mapper or EventMapper()).decode
+        self.decode = projection.decoder or (mapper or EventMapper()).decode
         self.batch_size = batch_size
         self.fault = fault
         self._ready = False
@@ -168,14 +175,12 @@ class Follower:
             return report
         start = position or 0
         while (position or 0) < target:
-            notifications = self.recorder.select_notifications(
-                start=position, limit=self.batch_size, stop=target, inclusive_of_start=False
-            )
-            if not notifications:
+            stored = self.recorder.select_log(position, self.batch_size, target)
+            if not stored:
                 break  # only gaps were left below the target
             try:
-                self._apply(notifications, position, report)
-                position = notifications[-1].id
+                self._apply(stored, position, report)
+                position = stored[-1][0]
             except TrackingConflict:
                 report.conflicts += 1  # another worker got there first: take its position
                 position = report.position = self.position()
@@ -190,15 +195,12 @@ class Follower:
             self.projection.reset(cursor)
         return self.catch_up(progress=progress)
 
-    def _apply(
-        self, notifications: Sequence[Notification], after: int | None, report: Report
-    ) -> None:
+    def _apply(self, stored: Sequence[Stored], after: int | None, report: Report) -> None:
         """One batch: decode, then view rows + tracking record in one transaction."""
         events: list[Positioned] = []
         expected = (after or 0) + 1
         decode = self.decode
-        for notification in notifications:
-            nid = notification.id
+        for nid, state in stored:
             if nid > expected:
                 report.gaps += nid - expected
                 log.warning(
@@ -210,18 +212,16 @@ class Follower:
                 )
             expected = nid + 1
             try:
-                events.append((nid, decode(notification.state)))
-            except IntegrityError:
+                events.append((nid, decode(state)))
+            except (IntegrityError, msgspec.DecodeError, RecursionError):
                 report.undecodable += 1
                 log.error(
-                    "%s: stored event at notification %d (conversation %s, version %d) "
-                    "cannot be decoded; passing over it (run `convstore verify`)",
+                    "%s: the stored event at notification %d cannot be decoded; "
+                    "passing over it (run `convstore verify`)",
                     self.name,
                     nid,
-                    notification.originator_id,
-                    notification.originator_version,
                 )
-        last = notifications[-1].id
+        last = stored[-1][0]
         fault = self.fault
         if fault is not None:
             fault("read")
@@ -229,7 +229,7 @@ class Follower:
             rows = self.projection.process(cursor, events)
             if fault is not None:
                 fault("written")
-        report.events += len(notifications)
+        report.events += len(stored)
         report.rows += rows
         report.batches += 1
         report.position = last
@@ -321,12 +321,12 @@ class Follower:
                 first = pending.get(timeout=min(interval, 0.5))
             except queue.Empty:
                 continue
-            batch: list[Notification] = []
+            batch: list[Stored] = []
             end: BaseException | None = None
             item: Notification | BaseException | None = first
             while True:
                 if isinstance(item, Notification):
-                    batch.append(item)
+                    batch.append((item.id, item.state))
                 elif isinstance(item, BaseException):
                     end = item
                     break

@@ -379,6 +379,15 @@ class PostgresRecorder(ConversationRecorder):
             for nid, key, version, topic, state in self._fetch(query, params)
         ]
 
+    def select_log(
+        self, gt: int | None, limit: int, stop: int | None = None
+    ) -> list[tuple[int, bytes]]:
+        """(id, bytes) of events after `gt` (and up to `stop`) in notification order."""
+        rows = self._fetch(
+            self._sql["log"], (gt or 0, (1 << 63) - 1 if stop is None else stop, limit)
+        )
+        return [(int(nid), state) for nid, state in rows]
+
     def max_notification_id(self) -> int | None:
         """The newest notification id, or None for an empty store."""
         value = self._fetch(self._sql["max_id"])[0][0]
@@ -417,12 +426,17 @@ class PostgresRecorder(ConversationRecorder):
 
         A transaction-scoped advisory lock on the projection's name serializes workers of
         one projection (appends never wait for it); the position is checked under it.
+        The commit does not wait for its WAL flush (`synchronous_commit off`): a server
+        crash can lose the newest view transactions, but each with its own tracking
+        record, so the follower simply processes those notifications again; appends
+        keep their full durability and no longer share their fsyncs with the follower's.
         """
         with self._using() as connection, connection.transaction():
             cursor = connection.cursor()
             cursor.execute(
                 sql.SQL("SET LOCAL search_path TO {}").format(sql.Identifier(self.schema))
             )
+            cursor.execute("SET LOCAL synchronous_commit TO OFF")
             cursor.execute(
                 "SELECT pg_advisory_xact_lock(hashtext(%s))",
                 (f"convstore view {self.schema} {name}",),
@@ -468,6 +482,7 @@ _STATEMENTS = {
     " (SELECT max(e.originator_version) FROM {s}.events e WHERE e.originator_id = f.originator_id)"
     " FROM {s}.events f WHERE f.originator_version = 1 ORDER BY f.id LIMIT %s OFFSET %s",
     "max_id": "SELECT max(id) FROM {s}.events",
+    "log": "SELECT id, state FROM {s}.events WHERE id > %s AND id <= %s ORDER BY id LIMIT %s",
     "track": "INSERT INTO {s}.tracking VALUES (%s, %s) ON CONFLICT (application_name)"
     " DO UPDATE SET notification_id = EXCLUDED.notification_id"
     " WHERE tracking.notification_id < EXCLUDED.notification_id RETURNING notification_id",

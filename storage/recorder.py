@@ -61,6 +61,16 @@ class ConversationRecorder(ApplicationRecorder, TrackingRecorder, ABC):
         """First events of conversations in the order they were started."""
 
     @abstractmethod
+    def select_log(
+        self, gt: int | None, limit: int, stop: int | None = None
+    ) -> list[tuple[int, bytes]]:
+        """(notification id, stored bytes) after id `gt`, up to `stop`, in id order.
+
+        The notification log without a `Notification` per row (no topic lookup, no UUID):
+        a follower decodes the events, which carry their own conversation and version.
+        """
+
+    @abstractmethod
     def view_transaction(
         self, name: str, *, track: int | None = None, after: int | None = None, reset: bool = False
     ) -> AbstractContextManager[Any]:

@@ -305,6 +305,20 @@ class SQLiteRecorder(ConversationRecorder):
                 for nid, key, version, topic, state in rows
             ]
 
+    def select_log(
+        self, gt: int | None, limit: int, stop: int | None = None
+    ) -> list[tuple[int, bytes]]:
+        """(id, bytes) of events after `gt` (and up to `stop`) in notification order."""
+        with translating():
+            return (
+                self._connection()
+                .execute(
+                    "SELECT id, state FROM events WHERE id > ? AND id <= ? ORDER BY id LIMIT ?",
+                    (gt or 0, (1 << 63) - 1 if stop is None else stop, limit),
+                )
+                .fetchall()
+            )
+
     def max_notification_id(self) -> int | None:
         """The newest notification id, or None for an empty store."""
         with translating():
