@@ -69,6 +69,27 @@ class OpenBlock:
             else:
                 pieces.append(piece)
 
+    def text_pieces(self, name: str) -> list[str]:
+        """The list the pieces of string field `name` go to, for a decoder's hot path to
+        append to directly (joined at close, like `append_text`'s).
+
+        Created on first use: ask for it only with a non-empty piece to append, since a
+        block with any piece list counts as `changed`.
+        """
+        pieces = self._text.get(name)
+        if pieces is None:
+            pieces = self._text[name] = []
+        return pieces
+
+    def json_pieces(self, name: str) -> list[str]:
+        """The list of field `name`'s JSON fragments (as `text_pieces`, for `append_json`)."""
+        if self._json is None:
+            self._json = {}
+        pieces = self._json.get(name)
+        if pieces is None:
+            pieces = self._json[name] = []
+        return pieces
+
     def append_json(self, name: str, piece: str) -> None:
         """Append a fragment of JSON text to field `name`'s buffer (parsed at close)."""
         if piece:
@@ -94,13 +115,19 @@ class OpenBlock:
         return bool(self._text or self._json or self._items or self._set)
 
     def assemble(self, *, complete: bool) -> AssembledBlock:
-        """The native block: the start JSON with every delta applied."""
-        if not self.changed:
+        """The native block: the start JSON with every delta applied.
+
+        The block is spent: its piece lists are emptied as they are joined, so a long
+        text is held twice at most (its pieces, then the joined copy) and only briefly.
+        """
+        text_fields = self._text
+        if not (text_fields or self._json or self._items or self._set):
             return AssembledBlock(self.index, self.start, self.raw, complete)
         block = dict(self.start)
-        for name, pieces in self._text.items():
-            prefix = block.get(name)
+        for name, pieces in text_fields.items():
             text = "".join(pieces)
+            pieces.clear()
+            prefix = block.get(name)
             block[name] = prefix + text if isinstance(prefix, str) else text
         if self._items:
             for name, items in self._items.items():
@@ -108,14 +135,16 @@ class OpenBlock:
                 block[name] = [*before, *items] if isinstance(before, list) else items
         if self._set:
             block.update(self._set)
+        if not self._json:
+            return AssembledBlock(self.index, block, None, complete)
         unparsed: dict[str, str] = {}
-        if self._json:
-            for name, fragments in self._json.items():
-                text = "".join(fragments)
-                try:
-                    block[name] = msgspec.json.decode(text)
-                except (msgspec.DecodeError, RecursionError):
-                    unparsed[name] = text
+        for name, fragments in self._json.items():
+            text = "".join(fragments)
+            fragments.clear()
+            try:
+                block[name] = msgspec.json.decode(text)
+            except (msgspec.DecodeError, RecursionError):
+                unparsed[name] = text
         return AssembledBlock(self.index, block, None, complete, unparsed)
 
 
@@ -149,6 +178,10 @@ class StreamAssembler(Generic[T]):
         self._open[index] = OpenBlock(index, block, raw)
         return out
 
+    def block(self, index: int) -> OpenBlock | None:
+        """The block open at `index`, if any (for a decoder's hot path)."""
+        return self._open.get(index)
+
     def delta(self, index: int, kind: str, delta: Any) -> bool:
         """Apply a delta; False when no block is open at `index`, or `kind` is unknown or
         malformed (the caller keeps such a delta some other way)."""
@@ -160,7 +193,10 @@ class StreamAssembler(Generic[T]):
 
     def stop(self, index: int) -> list[T]:
         """Close the block at `index` and map it; nothing if no block is open there."""
-        return self._close(index, complete=True) if index in self._open else []
+        block = self._open.pop(index, None)
+        if block is None:
+            return []
+        return self._mapper(block.assemble(complete=True))
 
     def finish(self, *, cut: bool) -> list[T]:
         """Close every open block, in index order: incomplete when `cut`, else complete."""

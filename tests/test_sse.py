@@ -531,3 +531,149 @@ def test_recorded_streams(path: Path) -> None:
         for event in whole:
             assert event.data
             json.loads(event.data)
+
+
+# --- feed_data: the data alone ----------------------------------------------------------
+
+
+def frame_data(chunks: Iterable[bytes], **kwargs: int) -> tuple[list[str], SSEFramer]:
+    """Feed `chunks` with `feed_data` and close; return the data (decoded) and the framer."""
+    framer = SSEFramer(**kwargs)
+    out: list[str] = []
+    for chunk in chunks:
+        datas = framer.feed_data(chunk)
+        assert all(type(data) is bytes for data in datas)
+        out += [data.decode() for data in datas]
+    out += [event.data for event in framer.close()]
+    return out, framer
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'data: {"a": 1}\n\ndata: {"b": 2}\n\n',
+        b"event: e\ndata: x\n\nevent: f\ndata: y\n\n",
+        b"event: e\ndata: x\n\ndata: y\n\nevent:\ndata:z\n\n",  # mixed; an empty name
+        b"data:x\n\ndata:  y\n\n",  # one optional space, and only one
+        b"data: a\ndata: b\n\ndata: c\n\n",  # multi-line data: the line parser
+        b"data: a\n\nid: 7\ndata: b\n\ndata: c\n\n",  # an id between fast blocks
+        b"data: a\n\n: comment\n\nevent: only\n\ndata: b\n\n",  # undispatched blocks
+        b"data: a\n\n\n\ndata: b\n\n",  # extra blank lines
+        b"data: a\r\n\r\nevent: e\r\ndata: b\r\n\r\n",  # CRLF
+        b"\xef\xbb\xbfdata: a\n\n",  # BOM
+        b"event: e\ndata: a\n\nevent: e\ndata: b",  # cut inside the last event
+        b"data\n\ndata: \n\n",  # empty data, both spellings
+        b"event: e\nretry: 5\ndata: a\n\nevent: e\ndata: b\n\n",
+        b"data: a\nevent: e\n\ndata: b\n\n",  # event after data
+        "data: é😀\n\nevent: 中\ndata: 文\n\n".encode(),
+    ],
+)
+def test_feed_data_matches_feed(raw: bytes) -> None:
+    whole, framer = frame([raw])
+    want = ([e.data for e in whole], framer.ended_mid_event, framer.last_event_id, framer.retry)
+    for chunks in ([raw], [raw[i : i + 1] for i in range(len(raw))], split_at(raw, [7, 19])):
+        got, data_framer = frame_data(chunks)
+        have = (got, data_framer.ended_mid_event, data_framer.last_event_id, data_framer.retry)
+        assert have == want
+
+
+def test_feed_data_continues_an_event_under_way() -> None:
+    framer = SSEFramer()
+    assert framer.feed_data(b"event: e\ndata: a\n") == []
+    assert framer.feed_data(b"data: b\n\ndata: c\n\ndata: d\n") == [b"a\nb", b"c"]
+    assert framer.feed_data(b"\ndata: e\n\n") == [b"d", b"e"]
+    assert framer.close() == []
+
+
+def test_feed_and_feed_data_mix() -> None:
+    framer = SSEFramer()
+    assert framer.feed_data(b"id: 1\ndata: a\n\ndata: b") == [b"a"]
+    assert framer.feed(b"\n\ndata: c\n\n") == [
+        SSEEvent(data="b", id="1"),
+        SSEEvent(data="c", id="1"),
+    ]
+    assert framer.feed_data(b"data: d\n\n") == [b"d"]
+    assert framer.close() == []
+    with pytest.raises(RuntimeError, match=r"feed_data\(\) after close\(\)"):
+        framer.feed_data(b"data: e\n\n")
+
+
+def test_feed_data_cap() -> None:
+    assert frame_data([b"data: " + b"x" * 64 + b"\n\n"], max_event_bytes=64)[0] == ["x" * 64]
+    with pytest.raises(SSEDecodeError, match="event exceeds 64 bytes"):
+        frame_data([b"data: a\n\ndata: " + b"x" * 65 + b"\n\n"], max_event_bytes=64)
+    with pytest.raises(SSEDecodeError, match="exceeds 64 bytes"):
+        frame_data([("event: e\ndata: " + "中" * 22 + "\n\n").encode()], max_event_bytes=64)
+    # 21 characters of 3 bytes each: 63 bytes, under the cap.
+    assert frame_data([("data: " + "中" * 21 + "\n\n").encode()], max_event_bytes=64)[0]
+    with pytest.raises(SSEDecodeError, match="exceeds 1000 bytes"):
+        framer = SSEFramer(max_event_bytes=1000)
+        for _ in range(100):
+            framer.feed_data(b"data: " + b"x" * 100)
+
+
+def test_feed_data_invalid_utf8() -> None:
+    framer = SSEFramer()
+    assert framer.feed_data(b"data: a\n\n") == [b"a"]
+    with pytest.raises(SSEDecodeError, match=r"invalid UTF-8 at byte 24\b"):
+        framer.feed_data(b"data: b\n\ndata: \xff\n\n")
+    with pytest.raises(RuntimeError, match=r"feed_data\(\) after an SSEDecodeError"):
+        framer.feed_data(b"data: c\n\n")
+
+
+@given(streams())
+@settings(max_examples=300)
+def test_feed_data_recovers_the_serialised_data(case: tuple[list[SSEEvent], list[bytes]]) -> None:
+    events, chunks = case
+    got, framer = frame_data(chunks)
+    assert got == [event.data for event in events]
+    assert not framer.ended_mid_event
+    assert framer.last_event_id == (events[-1].id if events else None)
+
+
+fast_blocks = st.lists(
+    st.sampled_from(
+        [b"data: {}\n\n", b"event: e\ndata: x y\n\n", b"data:z\n\n", b"event: \xc3\xa9\ndata: \n\n"]
+    )
+    | tokens,
+    max_size=40,
+).map(b"".join)
+
+
+@given(st.one_of(st.lists(tokens, max_size=40).map(b"".join), fast_blocks), st.data())
+@settings(max_examples=500)
+def test_feed_data_agrees_with_the_reference(raw: bytes, data: st.DataObject) -> None:
+    cuts = data.draw(st.lists(st.integers(0, len(raw)), max_size=10))
+    mixed = data.draw(st.lists(st.booleans(), min_size=11, max_size=11))
+    try:
+        want = reference(raw)
+    except UnicodeDecodeError as exc:
+        with pytest.raises(SSEDecodeError, match=rf"at byte {exc.start}\b"):
+            frame_data(split_at(raw, cuts))
+        return
+    framer = SSEFramer()
+    got: list[str] = []
+    for chunk, plain in zip(split_at(raw, cuts), mixed, strict=False):
+        if plain:  # feed and feed_data share the state
+            got += [event.data for event in framer.feed(chunk)]
+        else:
+            got += [data.decode() for data in framer.feed_data(chunk)]
+    got += [event.data for event in framer.close()]
+    events, ended, last_id, retry = want
+    assert got == [event.data for event in events]
+    assert (framer.ended_mid_event, framer.last_event_id, framer.retry) == (ended, last_id, retry)
+
+
+@pytest.mark.skipif(not WIRE.is_dir(), reason=f"no recorded traffic at {WIRE}")
+@pytest.mark.parametrize(
+    "path", WIRE_FILES or [None], ids=[str(p.relative_to(WIRE)) for p in WIRE_FILES] or ["none"]
+)
+def test_recorded_streams_feed_data(path: Path) -> None:
+    raw = path.read_bytes()
+    whole = [event.data for event in frame([raw])[0]]
+    assert frame_data([raw])[0] == whole
+    assert frame_data(raw[i : i + 1] for i in range(len(raw)))[0] == whole
+    rng = random.Random(str(path.relative_to(WIRE)))
+    for _ in range(5):
+        cuts = [rng.randrange(len(raw) + 1) for _ in range(rng.randrange(1, 64))]
+        assert frame_data(split_at(raw, cuts))[0] == whole

@@ -143,14 +143,14 @@ class BlockMapper:
     def __call__(self, assembled: AssembledBlock) -> list[Event]:
         """The drafts of one closed block."""
         kind = assembled.block.get("type")
-        handler = _BLOCKS.get(kind) if isinstance(kind, str) else None
+        handler = _BLOCKS.get(kind) if type(kind) is str else None
         if handler is None and isinstance(kind, str) and kind.endswith("_tool_result"):
             handler = BlockMapper._hosted_result
-        try:
-            if handler is not None:
+        if handler is not None:
+            try:
                 return handler(self, assembled)
-        except _Malformed:
-            pass
+            except _Malformed:
+                pass
         return [self.unknown(assembled)]
 
     # --- payloads ---
@@ -190,13 +190,25 @@ class BlockMapper:
     def _text(self, assembled: AssembledBlock) -> list[Event]:
         block = assembled.block
         text, citations = block.get("text"), block.get("citations")
-        if not isinstance(text, str) or not isinstance(citations, list | None):
+        if type(text) is not str and not isinstance(text, str):
+            raise _Malformed("text")
+        if not citations:
+            if citations is not None and not isinstance(citations, list):
+                raise _Malformed("text")
+            return [
+                AssistantText(
+                    response_id=self.response_id,
+                    text=text,
+                    attributions_complete=assembled.complete,
+                )
+            ]
+        if not isinstance(citations, list):
             raise _Malformed("text")
         return [
             AssistantText(
                 response_id=self.response_id,
                 text=text,
-                attributions=tuple(map(attribution, citations)) if citations else (),
+                attributions=tuple(map(attribution, citations)),
                 attributions_complete=assembled.complete,
             )
         ]

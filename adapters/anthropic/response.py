@@ -111,7 +111,17 @@ def usage_of(counters: Mapping[str, Any]) -> Usage:
     tokens: dict[str, int] = {}
     hosted: dict[str, int] = {}
     other: dict[str, int] = {}
-    pending = [("", counters)]
+    pending: list[tuple[str, Mapping[str, Any]]] = []
+    tokens_of = USAGE_TOKENS.get
+    for name, value in counters.items():  # the top level, then nested objects (last first)
+        if type(value) is int:
+            field = tokens_of(name)
+            if field is not None:
+                tokens[field] = value
+            else:
+                other[name] = value
+        elif isinstance(value, dict):
+            pending.append((name + ".", value))
     while pending:
         prefix, values = pending.pop()
         for name, value in values.items():

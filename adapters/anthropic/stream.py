@@ -8,7 +8,7 @@ mapper as cut, which applies the partial-commit rules.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import msgspec
@@ -25,17 +25,22 @@ from convstore.adapters.anthropic.response import (
 from convstore.adapters.anthropic.wire import (
     DELTAS,
     EVENT,
+    HOT_EVENT,
+    PIECE_FIELDS,
     BlockDelta,
     BlockStart,
     BlockStop,
+    CitationsDelta,
     Error,
+    HotEvent,
     MessageDelta,
     MessageStart,
     MessageStop,
     Ping,
     StreamEvent,
+    TypedBlockDelta,
 )
-from convstore.adapters.assembler import AssembledBlock, StreamAssembler
+from convstore.adapters.assembler import AssembledBlock, OpenBlock, StreamAssembler
 from convstore.domain.errors import DecodeError
 from convstore.domain.events import Event
 from convstore.domain.vocabulary import EndState, ErrorInfo
@@ -49,6 +54,22 @@ _NOTHING: Final[Sequence[Event]] = ()
 _OBJECT: Final = msgspec.json.Decoder(dict[str, Any])
 _VALID: Final = msgspec.json.Decoder(msgspec.Raw)
 _DELTA_FIELDS: Final = frozenset({"stop_reason"})
+_NO_CONTENT: Final = msgspec.Raw(b"[]")
+
+
+def _utf8(data: bytes | str) -> bytes:
+    """An event's data as bytes. Stripped, the same bytes either way: data that decodes is
+    JSON, so whatever surrounds it is JSON whitespace, which both strips remove."""
+    return data if isinstance(data, bytes) else data.encode()
+
+
+def _cite(block: OpenBlock, delta: CitationsDelta) -> bool:
+    """`wire.DELTAS`' citation applier, for the typed delta."""
+    citation = delta.citation
+    if not citation or bytes(citation)[:1] != b"{":
+        return False
+    block.append_item("citations", citation)
+    return True
 
 
 def _no_blocks(assembled: AssembledBlock) -> list[Event]:
@@ -69,7 +90,7 @@ class StreamDecoder:
         self._early: list[bytes] = []
         """Unknown events before message_start, kept until the response opens."""
 
-    def feed(self, data: str) -> Sequence[Event]:
+    def feed(self, data: bytes | str) -> Sequence[Event]:
         """The drafts one event's data completes."""
         try:
             event = EVENT.decode(data)
@@ -83,14 +104,92 @@ class StreamDecoder:
             return self._unknown(data)
         except (msgspec.DecodeError, RecursionError) as error:
             return self.end("malformed_stream", f"malformed JSON in an event's data: {error}")
-        if isinstance(event, BlockDelta) and self.head is not None:  # the hot path, inlined
+        if isinstance(event, BlockDelta) and self.head is not None:
             delta = event.delta
             if self.assembler.delta(event.index, delta.type, delta):
                 return _NOTHING
             return self._unknown(data)
+        return self._event(event, data)
+
+    def _event(self, event: StreamEvent, data: bytes | str) -> Sequence[Event]:
+        """The drafts of a decoded event other than a block delta of an open response."""
         if self.head is None:
             return self._before_start(event, data)
         return _HANDLERS[type(event)](self, event, data)
+
+    def feed_all(self, datas: Iterable[bytes]) -> list[Event]:
+        """The drafts the data of these events complete, in order, as `feed` of each
+        would give them; the events after the response ended (`done`) are not read.
+
+        The hot path: a known delta, decoded as its own struct (`wire.HOT_EVENT`), has its
+        piece appended straight to the open block's piece list, which stays at hand while
+        deltas go to the same block and field. Anything else goes through `feed`'s
+        handlers (an event `HOT_EVENT` rejects, through `feed` itself).
+        """
+        out: list[Event] = []
+        decode = HOT_EVENT.decode
+        # The piece list the last delta went to, and the (index, delta type) it serves.
+        pieces: list[str] = []
+        at = -1
+        kind: type | None = None
+        for data in datas:
+            try:
+                event: HotEvent | None = decode(data)
+            except (msgspec.DecodeError, RecursionError):
+                event = None
+            if type(event) is TypedBlockDelta:
+                delta = event.delta
+                if type(delta) is kind and event.index == at:
+                    piece = delta.piece  # type: ignore[union-attr]
+                    if piece:
+                        pieces.append(piece)
+                    continue
+                found, drafts = self._delta(event, data)
+                if found is not None:
+                    pieces, at, kind = found, event.index, type(delta)
+                    continue
+                if not drafts:
+                    continue
+            elif event is None:
+                drafts = self.feed(data)
+            elif self.head is None:
+                drafts = self._before_start(event, data)
+            elif type(event) is BlockStop:
+                drafts = self.assembler.stop(event.index)
+            elif type(event) is BlockStart:
+                drafts = self._block_start(event, data)
+            elif type(event) is Ping:
+                continue
+            else:
+                drafts = _HANDLERS[type(event)](self, event, data)
+            # Any other event may open or close blocks: the piece list is looked up again.
+            at = -1
+            if drafts:
+                out.extend(drafts)
+            if self.done:
+                break
+        return out
+
+    def _delta(
+        self, event: TypedBlockDelta, data: bytes
+    ) -> tuple[list[str] | None, Sequence[Event]]:
+        """Apply a typed delta the hot path has no piece list at hand for: (the piece list
+        it went to, to keep at hand, or None; the drafts it makes)."""
+        if self.head is None:
+            return None, self.feed(data)  # what feed makes of a delta this early
+        block = self.assembler.block(event.index)
+        delta = event.delta
+        if block is None:  # no block open there
+            return None, self._unknown(data)
+        if isinstance(delta, CitationsDelta):
+            return None, _NOTHING if _cite(block, delta) else self._unknown(data)
+        piece = delta.piece
+        if not piece:
+            return None, _NOTHING
+        name, fragments = PIECE_FIELDS[type(delta)]
+        pieces = block.json_pieces(name) if fragments else block.text_pieces(name)
+        pieces.append(piece)
+        return pieces, _NOTHING
 
     def end(self, kind: str, message: str) -> Sequence[Event]:
         """The stream stopped without a final event: abandon the response (DecodeError if
@@ -103,7 +202,7 @@ class StreamDecoder:
 
     # --- handlers ---
 
-    def _before_start(self, event: StreamEvent, data: str) -> Sequence[Event]:
+    def _before_start(self, event: StreamEvent | HotEvent, data: bytes | str) -> Sequence[Event]:
         if isinstance(event, MessageStart):
             return self._message_start(event, data)
         if isinstance(event, Ping):
@@ -111,21 +210,21 @@ class StreamDecoder:
         if isinstance(event, Error):
             self.done = True
             info = error_info(event.error)
-            return failed_response(derived_id(data.encode()), self.context, info)
+            return failed_response(derived_id(_utf8(data)), self.context, info)
         raise DecodeError(f"not an Anthropic stream: {type(event).__name__} before message_start")
 
-    def _unknown(self, data: str) -> Sequence[Event]:
+    def _unknown(self, data: bytes | str) -> Sequence[Event]:
         if self.head is None:
             if len(self._early) >= MAX_EARLY_EVENTS:
                 raise DecodeError(
                     f"not an Anthropic stream: no message_start in its first {MAX_EARLY_EVENTS} "
                     "events"
                 )
-            self._early.append(data.strip().encode())
+            self._early.append(_utf8(data).strip())
             return _NOTHING
-        return [self.head.mapper.unknown_value(data.strip().encode(), "stream_event")]
+        return [self.head.mapper.unknown_value(_utf8(data).strip(), "stream_event")]
 
-    def _message_start(self, event: MessageStart, data: str) -> Sequence[Event]:
+    def _message_start(self, event: MessageStart, data: bytes | str) -> Sequence[Event]:
         if self.head is not None:
             return self._unknown(data)
         fields = event.message
@@ -135,16 +234,19 @@ class StreamDecoder:
         head = self.head = ResponseHead(message_id, fields, self.context)
         self.assembler = StreamAssembler(DELTAS, head.mapper)
         out: list[Event] = [head.started()]
-        out.extend(head.mapper.unknown_value(early, "stream_event") for early in self._early)
-        self._early = []
-        try:
-            # Empty today; blocks that came whole with the message map as they are.
-            out.extend(whole_blocks(head.mapper, fields.get("content")))
-        except msgspec.ValidationError:
-            out.append(head.mapper.unknown_value(data.strip().encode(), "stream_event"))
+        if self._early:
+            out.extend(head.mapper.unknown_value(early, "stream_event") for early in self._early)
+            self._early = []
+        content = fields.get("content")
+        if content is not None and content != _NO_CONTENT:
+            try:
+                # Empty today; blocks that came whole with the message map as they are.
+                out.extend(whole_blocks(head.mapper, content))
+            except msgspec.ValidationError:
+                out.append(head.mapper.unknown_value(_utf8(data).strip(), "stream_event"))
         return out
 
-    def _block_start(self, event: BlockStart, data: str) -> Sequence[Event]:
+    def _block_start(self, event: BlockStart, data: bytes | str) -> Sequence[Event]:
         raw = event.content_block
         try:
             block = _OBJECT.decode(raw)
@@ -152,16 +254,16 @@ class StreamDecoder:
             return self._unknown(data)
         return self.assembler.start(event.index, block, raw)
 
-    def _block_delta(self, event: BlockDelta, data: str) -> Sequence[Event]:
+    def _block_delta(self, event: BlockDelta, data: bytes | str) -> Sequence[Event]:
         delta = event.delta
         if self.assembler.delta(event.index, delta.type, delta):
             return _NOTHING
         return self._unknown(data)
 
-    def _block_stop(self, event: BlockStop, data: str) -> Sequence[Event]:
+    def _block_stop(self, event: BlockStop, data: bytes | str) -> Sequence[Event]:
         return self.assembler.stop(event.index)
 
-    def _message_delta(self, event: MessageDelta, data: str) -> Sequence[Event]:
+    def _message_delta(self, event: MessageDelta, data: bytes | str) -> Sequence[Event]:
         assert self.head is not None
         stop_reason = decode_field(event.delta.get("stop_reason"))
         if isinstance(stop_reason, str):
@@ -170,13 +272,13 @@ class StreamDecoder:
         self.head.usage.update(event.usage)
         return _NOTHING
 
-    def _message_stop(self, event: MessageStop, data: str) -> Sequence[Event]:
+    def _message_stop(self, event: MessageStop, data: bytes | str) -> Sequence[Event]:
         return self._close("completed")
 
-    def _error(self, event: Error, data: str) -> Sequence[Event]:
+    def _error(self, event: Error, data: bytes | str) -> Sequence[Event]:
         return self._close("failed", error_info(event.error))
 
-    def _ping(self, event: Ping, data: str) -> Sequence[Event]:
+    def _ping(self, event: Ping, data: bytes | str) -> Sequence[Event]:
         return _NOTHING
 
     def _close(self, state: EndState, error: ErrorInfo | None = None) -> list[Event]:
@@ -187,7 +289,7 @@ class StreamDecoder:
         return out
 
 
-_HANDLERS: Final[Mapping[type, Callable[[StreamDecoder, Any, str], Sequence[Event]]]] = {
+_HANDLERS: Final[Mapping[type, Callable[[StreamDecoder, Any, bytes | str], Sequence[Event]]]] = {
     MessageStart: StreamDecoder._message_start,
     BlockStart: StreamDecoder._block_start,
     BlockDelta: StreamDecoder._block_delta,

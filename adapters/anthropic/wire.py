@@ -14,7 +14,18 @@ import msgspec
 
 from convstore.adapters.assembler import DeltaApplier, OpenBlock
 
-__all__ = ["DELTAS", "EVENT", "Delta", "StreamEvent"]
+__all__ = [
+    "DELTAS",
+    "EVENT",
+    "HOT_EVENT",
+    "PIECE_FIELDS",
+    "CitationsDelta",
+    "Delta",
+    "HotEvent",
+    "PieceDelta",
+    "StreamEvent",
+    "TypedBlockDelta",
+]
 
 _ABSENT: Final = msgspec.Raw()
 """An absent raw field (msgspec has no optional Raw): empty, so false."""
@@ -76,6 +87,69 @@ StreamEvent: TypeAlias = (
 
 EVENT: Final = msgspec.json.Decoder(StreamEvent)
 """Decodes one event's `data`; ValidationError for an unknown type or shape."""
+
+
+# --- the hot path: the same events, each known delta type its own struct ---------------
+
+
+class _Delta(msgspec.Struct, tag_field="type", gc=False):
+    """Base of the typed deltas, tagged by their `type`."""
+
+
+class TextDelta(_Delta, tag="text_delta"):
+    piece: str = msgspec.field(name="text")
+
+
+class ThinkingDelta(_Delta, tag="thinking_delta"):
+    piece: str = msgspec.field(name="thinking")
+
+
+class SignatureDelta(_Delta, tag="signature_delta"):
+    piece: str = msgspec.field(name="signature")
+
+
+class InputJsonDelta(_Delta, tag="input_json_delta"):
+    piece: str = msgspec.field(name="partial_json")
+
+
+class CitationsDelta(_Delta, tag="citations_delta"):
+    citation: msgspec.Raw
+
+
+PieceDelta: TypeAlias = TextDelta | ThinkingDelta | SignatureDelta | InputJsonDelta
+
+
+class TypedBlockDelta(_Event, tag="content_block_delta"):
+    """A `content_block_delta` whose delta is of a known type and shape."""
+
+    index: int
+    delta: PieceDelta | CitationsDelta
+
+
+HotEvent: TypeAlias = (
+    MessageStart
+    | BlockStart
+    | TypedBlockDelta
+    | BlockStop
+    | MessageDelta
+    | MessageStop
+    | Ping
+    | Error
+)
+
+HOT_EVENT: Final = msgspec.json.Decoder(HotEvent)
+"""Decodes one event's `data` as `EVENT` does, but a known delta as its own struct, so
+the decoder's hot path needs no field checks. It accepts a subset of what `EVENT`
+accepts (a delta of an unknown type or shape fails here), and gives the same fields."""
+
+PIECE_FIELDS: Final[Mapping[type[PieceDelta], tuple[str, bool]]] = {
+    TextDelta: ("text", False),
+    ThinkingDelta: ("thinking", False),
+    SignatureDelta: ("signature", False),
+    InputJsonDelta: ("input", True),
+}
+"""Typed delta → (the block field its pieces build, whether they are JSON fragments):
+the hot path's version of `DELTAS`."""
 
 
 def _text(block: OpenBlock, delta: Delta) -> bool:
