@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -50,6 +51,9 @@ log = logging.getLogger("convstore.projections")
 DEFAULT_BATCH = 1000
 """Notifications per transaction: large enough to amortize the commit, small enough that a
 SQLite follower holds the write lock for tens of milliseconds at a time."""
+
+DEFAULT_LINGER = 0.05
+"""Seconds a following worker woken by a notification waits for more before it writes."""
 
 Positioned = tuple[int, Any]
 """A decoded event with its notification id."""
@@ -133,15 +137,19 @@ class Follower:
         *,
         mapper: EventMapper | None = None,
         batch_size: int = DEFAULT_BATCH,
+        linger: float = DEFAULT_LINGER,
         fault: Fault | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
+        if not 0 <= linger <= 10:
+            raise ValueError("linger must be between 0 and 10 seconds")
         self.recorder = recorder
         self.projection = projection
         self.name = projection.name
         self.decode = projection.decoder or (mapper or EventMapper()).decode
         self.batch_size = batch_size
+        self.linger = linger
         self.fault = fault
         self._ready = False
 
@@ -321,6 +329,7 @@ class Follower:
                 first = pending.get(timeout=min(interval, 0.5))
             except queue.Empty:
                 continue
+            deadline = time.monotonic() + self.linger
             batch: list[Stored] = []
             end: BaseException | None = None
             item: Notification | BaseException | None = first
@@ -335,8 +344,11 @@ class Follower:
                     break
                 if len(batch) >= self.batch_size:
                     break
+                # Linger a moment for more: a wake-up per append would otherwise cost a
+                # transaction per append, taking the writers' CPU and round trips.
+                remaining = deadline - time.monotonic()
                 try:
-                    item = pending.get_nowait()
+                    item = pending.get(timeout=remaining) if remaining > 0 else pending.get_nowait()
                 except queue.Empty:
                     break
             if batch:

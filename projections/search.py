@@ -43,10 +43,18 @@ found by whole runs. PostgreSQL's parser is given the normalized words only, so 
 e-mail and hyphenation rules never apply; FTS5 gets ASCII text as it is (its tokenizer
 does the same as `terms` there) and other text normalized.
 
+Why `simple` over normalized words on PostgreSQL: a language configuration would stem
+one language and drop its stop words while mangling every other, and PostgreSQL's parser
+keeps a CJK run as one word (`東京タワーに行きました` is a single lexeme), so a CJK word
+inside it could never be found; `unaccent` is an extension a server may not offer. So
+the folding and splitting happen here, identically for both backends, and PostgreSQL
+only lower-cases and positions words it is given one by one.
+
 Query language (`parse_query`), lenient by design: every string is either a query or a
 `SearchQueryError` saying there is nothing to search for; it never reaches the database
 as syntax. The parsed query is rendered as an FTS5 expression or a `to_tsquery` string
-made only of quoted normalized words and our own operators, passed as a bound parameter.
+made only of quoted normalized words and our own operators, passed as a bound parameter
+(not `websearch_to_tsquery`: it has no prefix or NEAR, and would parse the words again).
 
 - words are ANDed; `"a phrase"` matches adjacent words; a bare word with punctuation
   inside (`foo:bar`, `example.com/x`, `col:term`) is the phrase of its words;

@@ -433,14 +433,9 @@ class PostgresRecorder(ConversationRecorder):
         """
         with self._using() as connection, connection.transaction():
             cursor = connection.cursor()
-            cursor.execute(
-                sql.SQL("SET LOCAL search_path TO {}").format(sql.Identifier(self.schema))
-            )
-            cursor.execute("SET LOCAL synchronous_commit TO OFF")
-            cursor.execute(
-                "SELECT pg_advisory_xact_lock(hashtext(%s))",
-                (f"convstore view {self.schema} {name}",),
-            )
+            # The schema, no flush wait and the lock in one round trip; the position in a
+            # statement of its own, whose snapshot is taken once the lock is held.
+            cursor.execute(self._sql["view_begin"], (self.schema, f"{self.schema} {name}"))
             if reset:
                 cursor.execute(self._sql["untrack"], (name,))
             if track is not None:
@@ -463,10 +458,7 @@ class PostgresRecorder(ConversationRecorder):
         """A cursor in a read-only transaction with `search_path` set to this schema."""
         with self._using() as connection, connection.transaction():
             cursor = connection.cursor()
-            cursor.execute("SET TRANSACTION READ ONLY")
-            cursor.execute(
-                sql.SQL("SET LOCAL search_path TO {}").format(sql.Identifier(self.schema))
-            )
+            cursor.execute(self._sql["view_read"], (self.schema,))
             yield cursor
 
 
@@ -488,6 +480,11 @@ _STATEMENTS = {
     " WHERE tracking.notification_id < EXCLUDED.notification_id RETURNING notification_id",
     "tracked": "SELECT notification_id FROM {s}.tracking WHERE application_name = %s",
     "untrack": "DELETE FROM {s}.tracking WHERE application_name = %s",
+    "view_read": "SELECT set_config('transaction_read_only', 'on', true),"
+    " set_config('search_path', quote_ident(%s), true)",
+    "view_begin": "SELECT set_config('search_path', quote_ident(%s), true),"
+    " set_config('synchronous_commit', 'off', true),"
+    " pg_advisory_xact_lock(hashtext('convstore view ' || %s))",
 }
 
 
