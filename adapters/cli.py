@@ -714,8 +714,16 @@ def search_command(args: argparse.Namespace, session: Session) -> int:
     version, kind, and a snippet with the matches in [ ]."""
     from convstore.projections import search
 
-    with _LogLines(session.err):
-        hits = search.search(session.store, args.query, args.limit)
+    search.parse_query(args.query)  # a query with nothing to search for fails before indexing
+    progress = _Progress(session.err, "indexing")
+    try:
+        with _LogLines(session.err):
+            search.follower(session.store).catch_up(
+                progress=lambda done, left: progress("events", done, done + left)
+            )
+    finally:
+        progress.clear()
+    hits = search.search(session.store, args.query, args.limit, catch_up=False)
     if args.json:
         session.out.json_array(msgspec.to_builtins(hit) for hit in hits)
         return 0

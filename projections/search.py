@@ -424,6 +424,11 @@ def parse_query(query: str) -> Node:
         raise SearchQueryError(
             f"nothing to search for in {query[:80]!r}: it has no words"
             + (" outside exclusions" if any(k in ("minus", "NOT") for k, _ in lexemes) else "")
+            + (
+                f" (a word over {MAX_TERM_CHARS} characters is not searched for)"
+                if any(len(t) > MAX_TERM_CHARS for _, text in lexemes for t in terms(text))
+                else ""
+            )
         )
     count = sum(len(p.words) for p in positive_phrases(node)) + _excluded_words(node)
     if count > MAX_QUERY_TERMS:
