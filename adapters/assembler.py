@@ -198,6 +198,11 @@ class StreamAssembler(Generic[T]):
             return []
         return self._mapper(block.assemble(complete=True))
 
+    def drop(self, index: int) -> bool:
+        """Forget the block open at `index` unmapped (the decoder has it whole another
+        way); False if no block is open there."""
+        return self._open.pop(index, None) is not None
+
     def finish(self, *, cut: bool) -> list[T]:
         """Close every open block, in index order: incomplete when `cut`, else complete."""
         out: list[T] = []

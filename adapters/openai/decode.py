@@ -58,17 +58,19 @@ def decode_stream(
     """Drafts of a streamed (SSE) Responses API response, as its items close."""
     stream = StreamDecoder(request or RequestContext())
     framer = SSEFramer()
-    feed = stream.feed
+    feed_data = framer.feed_data
+    feed_all = stream.feed_all
     try:
         for chunk in chunks:
-            for event in framer.feed(chunk):
-                drafts = feed(event.data)
+            datas = feed_data(chunk)
+            if datas:
+                drafts = feed_all(datas)
                 if drafts:
                     yield from drafts
                 if stream.done:
                     return
         for event in framer.close():
-            yield from feed(event.data)
+            yield from stream.feed(event.data)
             if stream.done:
                 return
     except SSEDecodeError as error:

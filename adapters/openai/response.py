@@ -73,6 +73,7 @@ _OBJECT: Final = msgspec.json.Decoder(dict[str, Any])
 _RAW_LIST: Final = msgspec.json.Decoder(list[msgspec.Raw])
 _ANY: Final = msgspec.json.Decoder()
 _NULL: Final = b"null"
+_NULL_RAW: Final = msgspec.Raw(_NULL)
 
 
 def decode_field(raw: msgspec.Raw | None) -> Any:
@@ -184,13 +185,13 @@ class ResponseHead:
 
     def update(self, fields: Mapping[str, msgspec.Raw]) -> None:
         """Take in a newer copy of the response object (a later stream event's)."""
+        extras = self.extras
         for name, raw in fields.items():
-            if name in RESPONSE_FIELDS:
-                continue
-            if bytes(raw) == _NULL:
-                self.extras.pop(name, None)
-            else:
-                self.extras[name] = raw
+            if name not in RESPONSE_FIELDS:
+                if raw == _NULL_RAW:
+                    extras.pop(name, None)
+                else:
+                    extras[name] = raw
         model = decode_field(fields.get("model"))
         if isinstance(model, str) and model and not self.model:
             self.model = model

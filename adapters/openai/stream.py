@@ -15,7 +15,7 @@ handed to the mapper as cut, which applies the partial-commit rules.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import msgspec
@@ -31,7 +31,14 @@ from convstore.adapters.openai.response import (
     map_whole,
     output_items,
 )
-from convstore.adapters.openai.wire import DELTAS, EVENT, STATUS_EVENTS, StreamEvent
+from convstore.adapters.openai.wire import (
+    DELTAS,
+    EVENT,
+    PIECES,
+    STATUS_EVENTS,
+    StreamEvent,
+    aimed,
+)
 from convstore.domain.errors import DecodeError
 from convstore.domain.events import Event
 from convstore.domain.vocabulary import EndState, ErrorInfo
@@ -56,6 +63,12 @@ MAX_EARLY_EVENTS: Final = 64
 _OPENING: Final = frozenset({"response.created", "response.in_progress", "response.queued"})
 _IGNORED: Final = frozenset({"keepalive"})
 """Events that carry nothing to keep."""
+
+
+def _utf8(data: bytes | str) -> bytes:
+    """An event's data as bytes. Stripped, the same bytes either way: data that decodes is
+    JSON, so whatever surrounds it is JSON whitespace, which both strips remove."""
+    return data if isinstance(data, bytes) else data.encode()
 
 
 class StreamDecoder:
@@ -87,7 +100,7 @@ class StreamDecoder:
             assembled = AssembledBlock(index, final[0], final[1], True)
         return self.head.mapper(assembled)
 
-    def feed(self, data: str) -> Sequence[Event]:
+    def feed(self, data: bytes | str) -> Sequence[Event]:
         """The drafts one event's data completes."""
         if self.done:
             return _NOTHING
@@ -103,6 +116,77 @@ class StreamDecoder:
             return self._unknown(data)
         except (msgspec.DecodeError, RecursionError) as error:
             return self._malformed(data, error)
+        return self._event(event, data)
+
+    def feed_all(self, datas: Iterable[bytes]) -> list[Event]:
+        """The drafts the data of these events complete, in order, as `feed` of each
+        would give them; the events after the response ended (`done`) are not read.
+
+        The hot path: a piece of text (`wire.PIECES`) is appended straight to its field's
+        piece list in the item under assembly, which stays at hand while the pieces go to
+        the same item, part and field. Anything else goes through `feed`'s handlers.
+        """
+        out: list[Event] = []
+        decode = EVENT.decode
+        # The piece list the last piece went to, and the event fields that chose it.
+        pieces: list[str] = []
+        kind: str | None = None
+        at: int | None = None
+        part: int | None = None
+        summary: int | None = None
+        item: str | None = None
+        for data in datas:
+            if self.done:
+                break
+            try:
+                event = decode(data)
+            except (msgspec.DecodeError, RecursionError):
+                drafts = self.feed(data)
+            else:
+                piece = event.delta
+                if (
+                    type(piece) is str
+                    and event.type == kind
+                    and event.output_index == at
+                    and event.content_index == part
+                    and event.summary_index == summary
+                    and event.item_id == item
+                ):
+                    if piece:
+                        pieces.append(piece)
+                    continue
+                found = self._piece(event) if event.type in PIECES else None
+                if found is not None:
+                    pieces, kind, at = found, event.type, event.output_index
+                    part, summary, item = event.content_index, event.summary_index, event.item_id
+                    continue
+                drafts = self._event(event, data)
+            # Any other event may open or close items: the piece list is looked up again.
+            kind = None
+            if drafts:
+                out.extend(drafts)
+        return out
+
+    def _piece(self, event: StreamEvent) -> list[str] | None:
+        """Append a piece of text (a `wire.PIECES` event) the way its `DELTAS` applier
+        would; return the piece list it went to, or None when it is not applied here (no
+        item open there, not a string, another item's, an empty piece): `_event` reads it.
+        """
+        index, piece = event.output_index, event.delta
+        if self.head is None or index is None or type(piece) is not str or not piece:
+            return None
+        block = self.assembler.block(index)
+        if block is None or not aimed(block, event):
+            return None
+        name = PIECES[event.type](event)
+        if name is None:
+            return None
+        pieces = block.text_pieces(name)
+        pieces.append(piece)
+        return pieces
+
+    def _event(self, event: StreamEvent, data: bytes | str) -> Sequence[Event]:
+        """The drafts of one decoded event."""
         kind = event.type
         head = self.head
         if head is not None:
@@ -130,23 +214,24 @@ class StreamDecoder:
 
     # --- outside the items ---
 
-    def _malformed(self, data: str, error: Exception) -> Sequence[Event]:
-        if data.strip() == "[DONE]":
+    def _malformed(self, data: bytes | str, error: Exception) -> Sequence[Event]:
+        text = data if isinstance(data, str) else str(data, "utf-8", "replace")
+        if text.strip() == "[DONE]":
             return self.end("incomplete_stream", "the stream ended ([DONE]) before its final event")
         return self.end("malformed_stream", f"malformed JSON in an event's data: {error}")
 
-    def _unknown(self, data: str) -> Sequence[Event]:
+    def _unknown(self, data: bytes | str) -> Sequence[Event]:
         if self.head is None:
             if len(self._early) >= MAX_EARLY_EVENTS:
                 raise DecodeError(
                     f"not an OpenAI stream: no response.created in its first {MAX_EARLY_EVENTS} "
                     "events"
                 )
-            self._early.append(data.strip().encode())
+            self._early.append(_utf8(data).strip())
             return _NOTHING
-        return [self.head.mapper.unknown_value(data.strip().encode(), "stream_event")]
+        return [self.head.mapper.unknown_value(_utf8(data).strip(), "stream_event")]
 
-    def _before_start(self, event: StreamEvent, data: str) -> Sequence[Event]:
+    def _before_start(self, event: StreamEvent, data: bytes | str) -> Sequence[Event]:
         kind = event.type
         if kind in _OPENING or kind in TERMINAL_STATUS:
             out = self._open_response(event)
@@ -156,7 +241,7 @@ class StreamDecoder:
         if kind == "error":
             self.done = True
             return failed_response(
-                derived_id(data.strip().encode()), self.context, self._error_info(event)
+                derived_id(_utf8(data).strip()), self.context, self._error_info(event)
             )
         if kind in DELTAS or kind in _HANDLERS:
             raise DecodeError(f"not an OpenAI stream: {kind} before response.created")
@@ -178,7 +263,7 @@ class StreamDecoder:
         self._early = []
         return out
 
-    def _response_update(self, event: StreamEvent, data: str) -> Sequence[Event]:
+    def _response_update(self, event: StreamEvent, data: bytes | str) -> Sequence[Event]:
         assert self.head is not None
         fields = self._fields(event)
         if fields is None:
@@ -194,7 +279,7 @@ class StreamDecoder:
 
     # --- items ---
 
-    def _item_added(self, event: StreamEvent, data: str) -> Sequence[Event]:
+    def _item_added(self, event: StreamEvent, data: bytes | str) -> Sequence[Event]:
         index, raw = event.output_index, bytes(event.item)
         item = self._item(raw)
         if index is None or item is None or index in self._mapped:
@@ -203,7 +288,7 @@ class StreamDecoder:
         self._open.add(index)
         return out
 
-    def _item_done(self, event: StreamEvent, data: str) -> Sequence[Event]:
+    def _item_done(self, event: StreamEvent, data: bytes | str) -> Sequence[Event]:
         assert self.head is not None
         index, raw = event.output_index, bytes(event.item)
         item = self._item(raw)
@@ -212,8 +297,16 @@ class StreamDecoder:
         if index not in self._open:  # never announced: mapped as it came
             self._mapped.add(index)
             return self.head.mapper(AssembledBlock(index, item, raw))
-        self._final[index] = (item, raw)
-        return self.assembler.stop(index)
+        return self._replace(index, item, raw)
+
+    def _replace(self, index: int, item: dict[str, Any], raw: bytes) -> list[Event]:
+        """Close the item under assembly at `index` with its whole copy: mapped as it
+        came, its assembly dropped unread (never joined)."""
+        assert self.head is not None
+        self.assembler.drop(index)
+        self._open.discard(index)
+        self._mapped.add(index)
+        return self.head.mapper(AssembledBlock(index, item, raw, True))
 
     def _item(self, raw: bytes) -> dict[str, Any] | None:
         if not raw:
@@ -223,7 +316,7 @@ class StreamDecoder:
         except msgspec.DecodeError:
             return None
 
-    def _stray(self, event: StreamEvent, data: str) -> Sequence[Event]:
+    def _stray(self, event: StreamEvent, data: bytes | str) -> Sequence[Event]:
         """A delta no open item took: a progress event may announce its item (when
         `output_item.added` never came); anything else is kept as it came."""
         opens = STATUS_EVENTS.get(event.type)
@@ -243,7 +336,7 @@ class StreamDecoder:
 
     # --- the end ---
 
-    def _terminal(self, event: StreamEvent, data: str) -> Sequence[Event]:
+    def _terminal(self, event: StreamEvent, data: bytes | str) -> Sequence[Event]:
         assert self.head is not None
         head = self.head
         fields = self._fields(event)
@@ -265,7 +358,7 @@ class StreamDecoder:
         state, stop_reason, error = head.outcome()
         return self._close(state, stop_reason, error)
 
-    def _error(self, event: StreamEvent, data: str) -> Sequence[Event]:
+    def _error(self, event: StreamEvent, data: bytes | str) -> Sequence[Event]:
         return self._close("failed", None, self._error_info(event))
 
     def _error_info(self, event: StreamEvent) -> ErrorInfo:
@@ -283,7 +376,7 @@ class StreamDecoder:
         # maps the whole copy; one never announced is mapped as it came.
         for index in sorted(self._final):
             if index in self._open:
-                out.extend(self.assembler.stop(index))
+                out.extend(self._replace(index, *self._final.pop(index)))
             else:
                 _, raw = self._final.pop(index)
                 self._mapped.add(index)
@@ -293,7 +386,9 @@ class StreamDecoder:
         return out
 
 
-_HANDLERS: Final[Mapping[str, Callable[[StreamDecoder, StreamEvent, str], Sequence[Event]]]] = {
+_HANDLERS: Final[
+    Mapping[str, Callable[[StreamDecoder, StreamEvent, bytes | str], Sequence[Event]]]
+] = {
     "response.created": StreamDecoder._response_update,
     "response.in_progress": StreamDecoder._response_update,
     "response.queued": StreamDecoder._response_update,

@@ -25,7 +25,7 @@ import msgspec
 
 from convstore.adapters.assembler import DeltaApplier, OpenBlock
 
-__all__ = ["DELTAS", "EVENT", "STATUS_EVENTS", "StreamEvent", "decode_object"]
+__all__ = ["DELTAS", "EVENT", "PIECES", "STATUS_EVENTS", "StreamEvent", "aimed", "decode_object"]
 
 _ABSENT: Final = msgspec.Raw()
 """An absent raw field (msgspec has no optional Raw): empty, so false."""
@@ -71,7 +71,7 @@ def decode_object(raw: msgspec.Raw) -> dict[str, Any] | None:
         return None
 
 
-def _aimed(block: OpenBlock, event: StreamEvent) -> bool:
+def aimed(block: OpenBlock, event: StreamEvent) -> bool:
     """False when the event names another item than the block under assembly."""
     item_id = event.item_id
     return item_id is None or block.start.get("id") in (None, item_id)
@@ -87,12 +87,43 @@ def _summary_key(event: StreamEvent, leaf: str) -> str | None:
     return None if index is None or index < 0 else f"summary/{index}/{leaf}"
 
 
-def _append(key_of: Callable[[StreamEvent, str], str | None]) -> DeltaApplier:
-    """A text delta appended to a part's `text` pieces."""
+def _content_text(event: StreamEvent) -> str | None:
+    return _content_key(event, "text")
+
+
+def _summary_text(event: StreamEvent) -> str | None:
+    return _summary_key(event, "text")
+
+
+def _field(name: str) -> Callable[[StreamEvent], str | None]:
+    def field_name(event: StreamEvent) -> str | None:
+        return name
+
+    return field_name
+
+
+PIECES: Final[Mapping[str, Callable[[StreamEvent], str | None]]] = {
+    "response.output_text.delta": _content_text,
+    "response.refusal.delta": _content_text,
+    "response.reasoning_text.delta": _content_text,
+    "response.reasoning_summary_text.delta": _summary_text,
+    "response.function_call_arguments.delta": _field("arguments"),
+    "response.mcp_call_arguments.delta": _field("arguments"),
+    "response.custom_tool_call_input.delta": _field("input"),
+    "response.code_interpreter_call_code.delta": _field("code"),
+}
+"""Event type whose string `delta` is a piece of text → the string field of the item
+under assembly it is appended to (None: the event names no valid part). A part's text
+goes to `content/<i>/text` or `summary/<i>/text`; a call's to `arguments`, `input` or
+`code`. The decoder's hot path appends these straight to the field's piece list."""
+
+
+def _append(field_of: Callable[[StreamEvent], str | None]) -> DeltaApplier:
+    """A piece of text appended to a field's pieces (see `PIECES`)."""
 
     def apply(block: OpenBlock, event: StreamEvent) -> bool:
-        key, piece = key_of(event, "text"), event.delta
-        if key is None or not isinstance(piece, str) or not _aimed(block, event):
+        key, piece = field_of(event), event.delta
+        if key is None or not isinstance(piece, str) or not aimed(block, event):
             return False
         block.append_text(key, piece)
         return True
@@ -105,7 +136,7 @@ def _final(key_of: Callable[[StreamEvent, str], str | None], name: str) -> Delta
 
     def apply(block: OpenBlock, event: StreamEvent) -> bool:
         key, text = key_of(event, "final"), getattr(event, name)
-        if key is None or not isinstance(text, str) or not _aimed(block, event):
+        if key is None or not isinstance(text, str) or not aimed(block, event):
             return False
         block.set(key, text)
         return True
@@ -118,7 +149,7 @@ def _part(key_of: Callable[[StreamEvent, str], str | None], *, done: bool) -> De
 
     def apply(block: OpenBlock, event: StreamEvent) -> bool:
         key, part = key_of(event, ""), decode_object(event.part)
-        if key is None or part is None or not _aimed(block, event):
+        if key is None or part is None or not aimed(block, event):
             return False
         block.set(key.removesuffix("/"), part)
         if done:
@@ -130,23 +161,10 @@ def _part(key_of: Callable[[StreamEvent, str], str | None], *, done: bool) -> De
 
 def _annotation(block: OpenBlock, event: StreamEvent) -> bool:
     key, annotation = _content_key(event, "annotations"), decode_object(event.annotation)
-    if key is None or annotation is None or not _aimed(block, event):
+    if key is None or annotation is None or not aimed(block, event):
         return False
     block.append_item(key, annotation)
     return True
-
-
-def _field_delta(name: str) -> DeltaApplier:
-    """A delta appended to a string field of the item (`arguments`, `code`, `input`)."""
-
-    def apply(block: OpenBlock, event: StreamEvent) -> bool:
-        piece = event.delta
-        if not isinstance(piece, str) or not _aimed(block, event):
-            return False
-        block.append_text(name, piece)
-        return True
-
-    return apply
 
 
 def _field_done(name: str, source: str) -> DeltaApplier:
@@ -154,7 +172,7 @@ def _field_done(name: str, source: str) -> DeltaApplier:
 
     def apply(block: OpenBlock, event: StreamEvent) -> bool:
         value = getattr(event, source)
-        if not isinstance(value, str) or not _aimed(block, event):
+        if not isinstance(value, str) or not aimed(block, event):
             return False
         block.set(name, value)
         return True
@@ -164,7 +182,7 @@ def _field_done(name: str, source: str) -> DeltaApplier:
 
 def _status(status: str) -> DeltaApplier:
     def apply(block: OpenBlock, event: StreamEvent) -> bool:
-        if not _aimed(block, event):
+        if not aimed(block, event):
             return False
         block.set("status", status)
         return True
@@ -173,7 +191,7 @@ def _status(status: str) -> DeltaApplier:
 
 
 def _partial_image(block: OpenBlock, event: StreamEvent) -> bool:
-    if not isinstance(event.partial_image_b64, str) or not _aimed(block, event):
+    if not isinstance(event.partial_image_b64, str) or not aimed(block, event):
         return False
     block.set("partial_image_b64", event.partial_image_b64)  # the latest preview only
     return True
@@ -198,27 +216,20 @@ block (and opens one when `output_item.added` never came)."""
 DELTAS: Final[Mapping[str, DeltaApplier]] = {
     "response.content_part.added": _part(_content_key, done=False),
     "response.content_part.done": _part(_content_key, done=True),
-    "response.output_text.delta": _append(_content_key),
     "response.output_text.done": _final(_content_key, "text"),
     "response.output_text.annotation.added": _annotation,
-    "response.refusal.delta": _append(_content_key),
     "response.refusal.done": _final(_content_key, "refusal"),
-    "response.reasoning_text.delta": _append(_content_key),
     "response.reasoning_text.done": _final(_content_key, "text"),
     "response.reasoning_summary_part.added": _part(_summary_key, done=False),
     "response.reasoning_summary_part.done": _part(_summary_key, done=True),
-    "response.reasoning_summary_text.delta": _append(_summary_key),
     "response.reasoning_summary_text.done": _final(_summary_key, "text"),
-    "response.function_call_arguments.delta": _field_delta("arguments"),
     "response.function_call_arguments.done": _field_done("arguments", "arguments"),
-    "response.mcp_call_arguments.delta": _field_delta("arguments"),
     "response.mcp_call_arguments.done": _field_done("arguments", "arguments"),
-    "response.custom_tool_call_input.delta": _field_delta("input"),
     "response.custom_tool_call_input.done": _field_done("input", "input"),
-    "response.code_interpreter_call_code.delta": _field_delta("code"),
     "response.code_interpreter_call_code.done": _field_done("code", "code"),
     "response.image_generation_call.partial_image": _partial_image,
     **{kind: _status(status) for kind, (_, status) in STATUS_EVENTS.items()},
+    **{kind: _append(field_of) for kind, field_of in PIECES.items()},
 }
 """Event type → how it changes the output item under assembly (others are kept as
 unknown stream events)."""
