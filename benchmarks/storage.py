@@ -6,6 +6,10 @@ unique on (conversation, version), in a file of the same page size), with the sa
 durability (WAL, `synchronous=FULL`, `BEGIN IMMEDIATE` … `COMMIT` per batch), fed the same
 encoded states. The databases go to `--dir` (default: a temporary folder): appends fsync,
 so the disk under it is part of every append figure.
+
+The replay figures (2, 4b) measure reading a conversation back from the store, so their
+stores keep no aggregate cache (`cache_size=0`): with one, a load of a conversation the
+same store just wrote would copy the state it kept instead of reading anything.
 """
 
 from __future__ import annotations
@@ -134,9 +138,10 @@ def build(path: Path, conversation_id: ConversationId, events: int, snapshot_eve
 
     The drafts and the clock are seeded, so two stores built alike hold the same bytes;
     the last batch ends on `events`, so when that is a multiple of `snapshot_every` a
-    snapshotting store has just taken a snapshot.
+    snapshotting store has just taken a snapshot. It keeps no aggregate cache, so its
+    loads read the store.
     """
-    store = open_store(str(path), snapshot_every=snapshot_every)
+    store = open_store(str(path), snapshot_every=snapshot_every, cache_size=0)
     conversation = workload.conversation(conversation_id)
     drafts = list(islice(_drafts(), events - 1))
     first = (events - 1) % 10 or 10
@@ -191,7 +196,7 @@ def replay_figures(sizes: Sizes, folder: Path) -> list[Figure]:
         Figure(
             "2a",
             f"replay {n:,} events, no snapshot",
-            "repository.load (open_store(..., snapshot_every=0))",
+            "repository.load (open_store(..., snapshot_every=0, cache_size=0))",
             "raw sqlite3 SELECT of the same rows + orjson.loads of each state",
             "time",
             timings.median("load"),
@@ -307,7 +312,7 @@ def _worst_tail_figure(
     path: Path, cid: ConversationId, sizes: Sizes, load_plain: Callable[[], object]
 ) -> Figure:
     """Informative: the snapshot store with the most events a load can find after one."""
-    store = open_store(str(path), snapshot_every=SNAPSHOT_EVERY)
+    store = open_store(str(path), snapshot_every=SNAPSHOT_EVERY, cache_size=0)
     conversation = store.repository.load(cid)
     conversation.clock = workload.FixedClock(conversation.modified_on)
     following = islice(_drafts(), conversation.version - 1, None)

@@ -36,7 +36,11 @@ def digest(prev_hash: str, canonical: bytes) -> str:
 
 def seal(event: E, prev_hash: str) -> E:
     """Return `event` with its chain fields set, given its predecessor's hash."""
-    unsealed = msgspec.structs.replace(event, prev_hash="", hash="")
+    unsealed = (
+        msgspec.structs.replace(event, prev_hash="", hash="")
+        if event.prev_hash or event.hash
+        else event  # a fresh draft: no copy needed to leave the hash fields out
+    )
     return msgspec.structs.replace(
         unsealed, prev_hash=prev_hash, hash=digest(prev_hash, _encode(unsealed))
     )

@@ -44,13 +44,13 @@ from convstore.domain.vocabulary import (
     ResponseId,
     TurnId,
     Writer,
-    check_json_document,
+    check_payload,
 )
 
 E = TypeVar("E", bound=Event)
 
 
-class OpenResponse(msgspec.Struct, kw_only=True):
+class OpenResponse(msgspec.Struct, frozen=True, kw_only=True):
     """The response whose events are being recorded."""
 
     response_id: ResponseId
@@ -60,8 +60,12 @@ class OpenResponse(msgspec.Struct, kw_only=True):
     writer: Writer | None = None
 
 
-class ActivityState(msgspec.Struct, kw_only=True, array_like=True):
-    """What the lifecycle invariant needs of one hosted activity."""
+class ActivityState(msgspec.Struct, frozen=True, kw_only=True, array_like=True, gc=False):
+    """What the lifecycle invariant needs of one hosted activity.
+
+    Frozen, like OpenResponse: the appliers replace these, never change them, so copies of
+    a state (rollback, the repository's cache) may share them.
+    """
 
     name: str
     state: Lifecycle
@@ -164,6 +168,8 @@ class Conversation:
             originator_id=self._id,
             originator_version=self._version + 1,
             timestamp=self.clock(),
+            prev_hash="",
+            hash="",
         )
         event = seal(event, self.state.head)
         self.apply(event)
@@ -227,14 +233,7 @@ class Conversation:
 
     def _state_copy(self) -> ConversationState:
         """A copy of the state sharing its immutable values: its containers are new."""
-        state = self.state
-        return msgspec.structs.replace(
-            state,
-            responses=dict(state.responses),
-            calls=dict(state.calls),
-            activities=dict(state.activities),
-            counts=dict(state.counts),
-        )
+        return copy_state(self.state)
 
     # --- queries ----------------------------------------------------------------------------
 
@@ -261,6 +260,22 @@ class Conversation:
         return f"Conversation(id={self._id}, version={self._version})"
 
 
+def copy_state(state: ConversationState) -> ConversationState:
+    """A copy that no apply to either side changes in the other.
+
+    The appliers assign the state's fields and set keys of its four dicts, never change a
+    value in place (OpenResponse and ActivityState are frozen; the rest are str, bool,
+    int, datetime): new dicts sharing the values are enough, far cheaper than a deep copy.
+    """
+    return msgspec.structs.replace(
+        state,
+        responses=state.responses.copy(),
+        calls=state.calls.copy(),
+        activities=state.activities.copy(),
+        counts=state.counts.copy(),
+    )
+
+
 _STATE_ENCODER = msgspec.msgpack.Encoder()
 _STATE_DECODER = msgspec.msgpack.Decoder(ConversationState)
 
@@ -269,16 +284,15 @@ _STATE_DECODER = msgspec.msgpack.Decoder(ConversationState)
 
 
 def _check_payloads(event: Event) -> None:
-    payloads: list[ProviderPayload] = []
-    payload = getattr(event, "payload", None)
+    payload: ProviderPayload | None = getattr(event, "payload", None)
     if payload is not None:
-        payloads.append(payload)
+        check_payload(payload)
     if isinstance(event, AssistantText):
-        payloads.extend(a.replay for a in event.attributions if a.replay is not None)
-    if isinstance(event, ResponseStarted) and event.settings.native is not None:
-        payloads.append(event.settings.native)
-    for p in payloads:
-        check_json_document(p.raw, what=f"{p.provider} {p.format} payload")
+        for attribution in event.attributions:
+            if attribution.replay is not None:
+                check_payload(attribution.replay)
+    elif isinstance(event, ResponseStarted) and event.settings.native is not None:
+        check_payload(event.settings.native)
 
 
 def _no_open_response(state: ConversationState, what: str) -> None:

@@ -6,6 +6,7 @@ Every value is a frozen `msgspec.Struct`; new fields get defaults and types neve
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Final, Literal, NewType
 from uuid import UUID
 
@@ -45,11 +46,12 @@ ResponseOrigin = Literal["provider", "request"]
 SourceKind = Literal["web", "document", "file", "search_result"]
 
 
-class ProviderPayload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class ProviderPayload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, weakref=True):
     """The native artifact of one provider, kept byte-for-byte for exact replay.
 
     Only the originating provider's adapter interprets `value`; every other reader keeps
     it and ignores it. Payloads are untrusted: never rendered, logged or indexed.
+    (Weak references let `check_payload` remember which payloads `of` already checked.)
     """
 
     provider: Provider
@@ -80,13 +82,15 @@ class ProviderPayload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
         """
         value = bytes(value).strip(JSON_WHITESPACE)
         check_json_document(value, what=f"{provider} {format} payload")
-        return cls(
+        payload = cls(
             provider=provider,
             format=format,
             version=version,
             binding=binding or {},
             value=msgspec.Raw(value),
         )
+        _mark_checked(payload)
+        return payload
 
     @property
     def raw(self) -> bytes:
@@ -118,6 +122,37 @@ def check_json_document(value: bytes, *, what: str = "payload") -> None:
         value.decode("utf-8")
     except UnicodeDecodeError as error:
         raise InvalidPayload(f"{what} is not UTF-8: {error}") from None
+
+
+_CHECKED: dict[int, weakref.ref[ProviderPayload]] = {}
+"""id → weak reference of every live payload whose value passed `check_json_document`.
+
+A payload is frozen, so one checked stays valid; an entry counts only while its reference
+still points at the very object asked about (an id is reused only after its object died).
+"""
+
+
+def _mark_checked(
+    payload: ProviderPayload, checked: dict[int, weakref.ref[ProviderPayload]] = _CHECKED
+) -> None:
+    key = id(payload)
+
+    def forget(ref: weakref.ref[ProviderPayload]) -> None:
+        # Bound to the dict itself, not the global: this may run as the interpreter exits.
+        if checked.get(key) is ref:
+            del checked[key]
+
+    checked[key] = weakref.ref(payload, forget)
+
+
+def check_payload(payload: ProviderPayload) -> None:
+    """Raise InvalidPayload unless the payload's value is one JSON document (see
+    `check_json_document`); a payload made by `ProviderPayload.of` was checked already."""
+    ref = _CHECKED.get(id(payload))
+    if ref is not None and ref() is payload:
+        return
+    check_json_document(payload.raw, what=f"{payload.provider} {payload.format} payload")
+    _mark_checked(payload)
 
 
 class Location(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -13,7 +13,11 @@ from types import TracebackType
 from convstore.domain.service import ConversationService
 from convstore.storage.mapper import DEFAULT_MAX_EVENT_BYTES, EventMapper
 from convstore.storage.recorder import ConversationRecorder
-from convstore.storage.repository import DEFAULT_SNAPSHOT_EVERY, EventRepository
+from convstore.storage.repository import (
+    DEFAULT_CACHE_SIZE,
+    DEFAULT_SNAPSHOT_EVERY,
+    EventRepository,
+)
 from convstore.storage.url import PostgresLocation, SQLiteLocation, StoreLocation, parse_location
 
 
@@ -58,12 +62,19 @@ def open_store(
     *,
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
+    cache_size: int = DEFAULT_CACHE_SIZE,
 ) -> Store:
-    """Open (creating if needed) the store at `url`; None means `CONVSTORE_URL` or the default."""
+    """Open (creating if needed) the store at `url`; None means `CONVSTORE_URL` or the default.
+
+    `cache_size` conversations' states are kept between calls (see `storage.repository`).
+    """
     location = parse_location(url)
     recorder = open_recorder(location)
     repository = EventRepository(
-        recorder, EventMapper(max_event_bytes), snapshot_every=snapshot_every
+        recorder,
+        EventMapper(max_event_bytes),
+        snapshot_every=snapshot_every,
+        cache_size=cache_size,
     )
     service = ConversationService(repository, max_event_bytes=max_event_bytes)
     return Store(location, recorder, repository, service)

@@ -8,8 +8,7 @@ type is the validation boundary. Provider payload bytes are embedded in the reco
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import cache
-from typing import Any
+from typing import Any, NoReturn
 from uuid import UUID
 
 import msgspec
@@ -39,10 +38,15 @@ class MsgspecTranscoder(Transcoder):
         return msgspec.json.decode(data)
 
 
-@cache
+_topics: dict[type[Event], str] = {}
+
+
 def topic_of(cls: type[Event]) -> str:
     """eventsourcing's topic for an event class."""
-    return get_topic(cls)
+    topic = _topics.get(cls)
+    if topic is None:
+        topic = _topics[cls] = get_topic(cls)
+    return topic
 
 
 _new_object = object.__new__
@@ -54,6 +58,7 @@ def _fill_stored_event(
     # StoredEvent is a frozen dataclass: its __init__ makes four object.__setattr__ calls,
     # ~0.6 µs, a third of what encoding a typical event costs. Filling the new instance's
     # __dict__ builds the same (equal, hashable, frozen) record in a third of that time.
+    # (`to_stored_event` inlines this.)
     stored: StoredEvent = _new_object(StoredEvent)
     fields = stored.__dict__
     fields["originator_id"] = originator_id
@@ -76,6 +81,7 @@ def _stored_event_factory() -> Callable[[UUID | str, int, str, bytes], StoredEve
 
 
 _stored_event = _stored_event_factory()
+_FILL = _stored_event is _fill_stored_event
 
 
 class EventMapper(Mapper[UUID]):
@@ -90,12 +96,24 @@ class EventMapper(Mapper[UUID]):
         event: Event = domain_event
         state = _encode(event)
         if len(state) > self.max_event_bytes:
-            raise EventTooLarge(
-                f"{type(event).__name__} at version {event.originator_version} encodes to "
-                f"{len(state)} bytes, over limits.max_event_bytes = {self.max_event_bytes}"
-            )
-        return _stored_event(
-            event.originator_id, event.originator_version, topic_of(type(event)), state
+            self._too_large(event, state)
+        cls = type(event)
+        topic = _topics.get(cls) or topic_of(cls)
+        if not _FILL:
+            return _stored_event(event.originator_id, event.originator_version, topic, state)
+        # `_fill_stored_event`, inlined: a call is a tenth of this method's own cost.
+        stored: StoredEvent = _new_object(StoredEvent)
+        fields = stored.__dict__
+        fields["originator_id"] = event.originator_id
+        fields["originator_version"] = event.originator_version
+        fields["topic"] = topic
+        fields["state"] = state
+        return stored
+
+    def _too_large(self, event: Event, state: bytes) -> NoReturn:
+        raise EventTooLarge(
+            f"{type(event).__name__} at version {event.originator_version} encodes to "
+            f"{len(state)} bytes, over limits.max_event_bytes = {self.max_event_bytes}"
         )
 
     def to_domain_event(self, stored_event: StoredEvent) -> Any:

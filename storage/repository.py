@@ -2,15 +2,25 @@
 
 `load` folds the newest snapshot and the events after it; `save` writes the collected
 events, and a new snapshot every `snapshot_every` versions, in one transaction.
+
+With `cache_size`, the repository keeps the state of the conversations it last saved or
+loaded (least recently used dropped first). A load then starts from a copy of that state
+and folds only the events stored after it (`select_states(gt=version)`), so events another
+writer (another process) appended are never missed; a save still conflicts on a taken
+version, and only a successful save or a load updates the cache. Like eventsourcing's
+repository cache ("fetch events after cache"), it assumes a stored event is never changed
+or removed: the store is append-only.
 """
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 
 import msgspec
 
-from convstore.domain.conversation import Conversation, ConversationState
+from convstore.domain.conversation import Conversation, ConversationState, copy_state
 from convstore.domain.errors import ConcurrencyConflict, ConversationNotFound
 from convstore.domain.events import Event, Started
 from convstore.domain.service import ConversationSummary
@@ -20,6 +30,8 @@ from convstore.storage.mapper import EventMapper
 from convstore.storage.recorder import ConversationRecorder, SnapshotRecord
 
 DEFAULT_SNAPSHOT_EVERY = 500
+DEFAULT_CACHE_SIZE = 1000
+"""Conversations whose state `open_store`'s repository keeps (see the module's docstring)."""
 
 _encode_state = msgspec.msgpack.Encoder().encode
 _decode_state = msgspec.msgpack.Decoder(ConversationState).decode
@@ -34,13 +46,33 @@ class EventRepository:
         mapper: EventMapper | None = None,
         *,
         snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
+        cache_size: int = 0,
     ) -> None:
         self.recorder = recorder
         self.mapper = mapper or EventMapper()
         self.snapshot_every = snapshot_every
+        self.cache_size = cache_size
+        """How many conversations' states to keep; 0 (the default here) keeps none, so
+        every load reads the snapshot and events as stored. `open_store` keeps 1,000."""
+        self._cache: OrderedDict[ConversationId, tuple[int, ConversationState]] = OrderedDict()
+        self._cache_guard = threading.Lock()
 
     def load(self, conversation_id: ConversationId) -> Conversation:
         """The conversation as of its newest event; raises ConversationNotFound."""
+        if self.cache_size:
+            cached = self._cached(conversation_id)
+            if cached is not None:
+                cached_version, cached_state = cached
+                after = self.recorder.select_states(conversation_id, gt=cached_version)
+                conversation = Conversation.replay(
+                    conversation_id,
+                    map(self.mapper.decode, (state for _, state in after)),
+                    state=copy_state(cached_state),
+                    version=cached_version,
+                )
+                if after:
+                    self._remember(conversation)
+                return conversation
         snapshot = self.recorder.select_snapshot(conversation_id)
         state, version = None, 0
         if snapshot is not None:
@@ -51,19 +83,22 @@ class EventRepository:
         decode = self.mapper.decode
         # A generator, not a list: each event is dropped once applied, so replay's peak
         # memory is the rows plus one event, not the rows plus every decoded event.
-        return Conversation.replay(
+        conversation = Conversation.replay(
             conversation_id, (decode(state) for _, state in rows), state=state, version=version
         )
+        if self.cache_size:
+            self._remember(conversation)
+        return conversation
 
     def save(self, conversation: Conversation) -> Sequence[int]:
         """Write the collected events atomically; raises ConcurrencyConflict, EventTooLarge."""
         events = conversation.pending
         if not events:
             return []
-        stored = [self.mapper.to_stored_event(event) for event in events]
+        stored = list(map(self.mapper.to_stored_event, events))
         snapshot = None
         every = self.snapshot_every
-        if every and conversation.version // every > (conversation.version - len(events)) // every:
+        if every and conversation.version // every > (conversation.version - len(stored)) // every:
             snapshot = SnapshotRecord(
                 conversation.id, conversation.version, _encode_state(conversation.state)
             )
@@ -72,10 +107,32 @@ class EventRepository:
         except IntegrityError:
             raise ConcurrencyConflict(
                 f"conversation {conversation.id} changed while this write was prepared "
-                f"(version {events[0].originator_version} is taken); reload and retry"
+                f"(version {stored[0].originator_version} is taken); reload and retry"
             ) from None
         conversation.collect_events()
+        if self.cache_size:
+            self._remember(conversation)
         return ids
+
+    def _cached(self, conversation_id: ConversationId) -> tuple[int, ConversationState] | None:
+        with self._cache_guard:
+            cached = self._cache.get(conversation_id)
+            if cached is not None:
+                self._cache.move_to_end(conversation_id)
+            return cached
+
+    def _remember(self, conversation: Conversation) -> None:
+        """Keep a copy of a conversation's state as stored (it holds no pending events)."""
+        entry = (conversation.version, copy_state(conversation.state))
+        conversation_id = conversation.id
+        with self._cache_guard:
+            cached = self._cache.get(conversation_id)
+            if cached is not None and cached[0] > entry[0]:
+                return  # another thread of this process remembered a newer version
+            self._cache[conversation_id] = entry
+            self._cache.move_to_end(conversation_id)
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
 
     def events(self, conversation_id: ConversationId, *, after: int = 0) -> Iterator[Event]:
         """Stored events in version order after `after`; raises ConversationNotFound."""

@@ -3,7 +3,9 @@
 Writes take the database lock up front (`BEGIN IMMEDIATE`), insert a batch with
 `executemany` and commit once: with `synchronous=FULL` a committed append survives power
 loss. Notification ids are the events' rowids, assigned in commit order because SQLite
-has one writer at a time, so a follower never skips an event of a still-open transaction.
+has one writer at a time, so a follower never skips an event of a still-open transaction;
+within a batch they are consecutive (each row gets the largest rowid plus one), so the
+last one (`last_insert_rowid()`) names them all.
 Each thread has its own connection; WAL lets readers run beside the writer.
 """
 
@@ -19,7 +21,7 @@ from uuid import UUID
 
 from eventsourcing.persistence import Notification, StoredEvent, Subscription, Tracking
 
-from convstore.storage.errors import IntegrityError, TrackingConflict, translating
+from convstore.storage.errors import IntegrityError, TrackingConflict, translate, translating
 from convstore.storage.recorder import ConversationRecorder, FirstEvent, SnapshotRecord
 
 BUSY_TIMEOUT_MS = 5000
@@ -116,9 +118,13 @@ class SQLiteRecorder(ConversationRecorder):
     # --- topics -----------------------------------------------------------------------------
 
     def _topic_ids_for(self, stored_events: Sequence[StoredEvent]) -> list[int]:
+        ids = self._topic_ids
+        try:
+            return [ids[s.topic] for s in stored_events]
+        except KeyError:
+            pass
         # New topics are committed on their own, before the events' transaction, so a
         # rolled-back append never leaves the cache naming a topic row that does not exist.
-        ids = self._topic_ids
         for topic in {s.topic for s in stored_events} - ids.keys():
             connection = self._connection()
             connection.execute("INSERT OR IGNORE INTO topics (topic) VALUES (?)", (topic,))
@@ -146,44 +152,64 @@ class SQLiteRecorder(ConversationRecorder):
         self, stored_events: Sequence[StoredEvent], snapshot: SnapshotRecord | None = None
     ) -> list[int]:
         """Insert events (and replace a snapshot) in one transaction."""
-        with translating():
-            topics = self._topic_ids_for(stored_events)
-        with translating(), self._transaction() as cursor:
-            ids = self._insert(cursor, stored_events, topics)
-            if snapshot is not None:
-                cursor.execute(
-                    "INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?)",
-                    (snapshot.originator_id.bytes, snapshot.version, snapshot.state),
-                )
-            return ids
+        return self._write(stored_events, snapshot, None)
 
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> list[int]:
         """eventsourcing's insert: events, and a `tracking` record if given, atomically."""
-        tracking: Tracking | None = kwargs.get("tracking")
-        with translating():
+        return self._write(stored_events, None, kwargs.get("tracking"))
+
+    def _write(
+        self,
+        stored_events: Sequence[StoredEvent],
+        snapshot: SnapshotRecord | None,
+        tracking: Tracking | None,
+    ) -> list[int]:
+        # Every append's path: one try for the driver's errors and the transaction, with
+        # no context managers (the work of `translating` and `_Transaction`, inline).
+        try:
+            connection = self._connection()
             topics = self._topic_ids_for(stored_events)
-        with translating(), self._transaction() as cursor:
-            ids = self._insert(cursor, stored_events, topics)
-            if tracking is not None:
-                self._insert_tracking(cursor, tracking)
-            return ids
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                ids = self._insert(connection, stored_events, topics)
+                if snapshot is not None:
+                    connection.execute(
+                        "INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?)",
+                        (snapshot.originator_id.bytes, snapshot.version, snapshot.state),
+                    )
+                if tracking is not None:
+                    self._insert_tracking(connection, tracking)
+                connection.execute("COMMIT")
+            except BaseException:
+                if connection.in_transaction:
+                    connection.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as error:
+            raise translate(error) from error
+        return ids
 
     @staticmethod
     def _insert(
-        cursor: sqlite3.Cursor, stored_events: Sequence[StoredEvent], topics: list[int]
+        connection: sqlite3.Connection, stored_events: Sequence[StoredEvent], topics: list[int]
     ) -> list[int]:
         if not stored_events:
             return []
-        row = cursor.execute("SELECT max(id) FROM events").fetchone()
-        first = (row[0] or 0) + 1
-        cursor.executemany(
-            "INSERT INTO events VALUES (?, ?, ?, ?, ?)",
-            [
-                (first + i, _key(s.originator_id), s.originator_version, topic, s.state)
-                for i, (s, topic) in enumerate(zip(stored_events, topics, strict=True))
-            ],
+        rows = []
+        last_id: UUID | str | None = None
+        key: bytes | str = b""
+        for s, topic in zip(stored_events, topics, strict=True):
+            if s.originator_id is not last_id:  # a batch is usually one conversation's
+                last_id = s.originator_id
+                key = _key(last_id)
+            rows.append((key, s.originator_version, topic, s.state))
+        connection.executemany(
+            "INSERT INTO events (originator_id, originator_version, topic, state)"
+            " VALUES (?, ?, ?, ?)",
+            rows,
         )
-        return list(range(first, first + len(stored_events)))
+        # This connection holds the write lock: no other row came between ours.
+        last: int = connection.execute("SELECT last_insert_rowid()").fetchone()[0]
+        return list(range(last - len(rows) + 1, last + 1))
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -339,7 +365,7 @@ class SQLiteRecorder(ConversationRecorder):
             self._insert_tracking(cursor, tracking)
 
     @staticmethod
-    def _insert_tracking(cursor: sqlite3.Cursor, tracking: Tracking) -> None:
+    def _insert_tracking(cursor: sqlite3.Cursor | sqlite3.Connection, tracking: Tracking) -> None:
         row = cursor.execute(
             "SELECT max(notification_id) FROM tracking WHERE application_name = ?",
             (tracking.application_name,),
