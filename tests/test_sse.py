@@ -633,7 +633,15 @@ def test_feed_data_recovers_the_serialised_data(case: tuple[list[SSEEvent], list
 
 fast_blocks = st.lists(
     st.sampled_from(
-        [b"data: {}\n\n", b"event: e\ndata: x y\n\n", b"data:z\n\n", b"event: \xc3\xa9\ndata: \n\n"]
+        [
+            b"data: {}\n\n",
+            b"event: e\ndata: x y\n\n",
+            b"data:z\n\n",
+            b"event: \xc3\xa9\ndata: \n\n",
+            b"data: {}\r\n\r\n",
+            b"event: e\r\ndata: x\r\n\r\n",
+            b"data: q\r\n\n",
+        ]
     )
     | tokens,
     max_size=40,

@@ -48,13 +48,15 @@ _FIELDS: Final = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _SSE_START: Final = (b"event:", b"data:", b"id:", b"retry:", b":")
 _BOM: Final = b"\xef\xbb\xbf"
 _SNIFF: Final = 16
+_NO_REQUEST: Final = RequestContext()
+"""The context of a response whose request is unknown (immutable: shared)."""
 
 
 def decode_stream(
     chunks: Iterable[bytes], *, request: RequestContext | None = None
 ) -> Iterator[Event]:
     """Drafts of a streamed (SSE) Messages API response, as its blocks close."""
-    stream = StreamDecoder(request or RequestContext())
+    stream = StreamDecoder(request or _NO_REQUEST)
     framer = SSEFramer()
     feed_data = framer.feed_data
     feed_all = stream.feed_all

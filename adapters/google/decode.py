@@ -51,6 +51,8 @@ __all__ = [
 _SSE_START: Final = (b"event:", b"data:", b"id:", b"retry:", b":")
 _BOM: Final = b"\xef\xbb\xbf"
 _SNIFF: Final = 16
+_NO_REQUEST: Final = RequestContext()
+"""The context of a response whose request is unknown (immutable: shared)."""
 _WHITESPACE: Final = b" \t\r\n"
 
 
@@ -58,13 +60,14 @@ def decode_stream(
     chunks: Iterable[bytes], *, request: RequestContext | None = None
 ) -> Iterator[Event]:
     """Drafts of an SSE `streamGenerateContent?alt=sse` body."""
-    stream = ChunkDecoder(request or RequestContext())
+    stream = ChunkDecoder(request or _NO_REQUEST)
     framer = SSEFramer()
     feed = stream.feed
+    feed_data = framer.feed_data
     try:
         for chunk in chunks:
-            for event in framer.feed(chunk):
-                drafts = feed(event.data.encode())
+            for data in feed_data(chunk):
+                drafts = feed(data)
                 if drafts:
                     yield from drafts
                 if stream.done:
@@ -87,7 +90,7 @@ def decode_array(
 ) -> Iterator[Event]:
     """Drafts of the JSON array `streamGenerateContent` answers without `alt=sse`,
     read as it arrives (`status`: the HTTP status, recorded with an error chunk)."""
-    stream = ChunkDecoder(request or RequestContext(), status=status)
+    stream = ChunkDecoder(request or _NO_REQUEST, status=status)
     reader = ArrayReader()
     try:
         for chunk in chunks:

@@ -187,7 +187,7 @@ class PartMapper:
 
     def _held(self, text: str, complete: bool, payload: ProviderPayload | None) -> HeldText:
         held = HeldText(text=text, start=self.visible_bytes, complete=complete, payload=payload)
-        self.visible_bytes += len(text.encode())
+        self.visible_bytes += len(text) if text.isascii() else len(text.encode())
         return held
 
     def _run(self, assembled: AssembledBlock) -> list[Draft]:

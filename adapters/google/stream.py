@@ -109,6 +109,31 @@ class _PlainChunk(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 _PLAIN: Final = msgspec.json.Decoder(_PlainChunk)
 
 
+class _RawContent(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    parts: list[msgspec.Raw] = []
+    role: str | None = None
+
+
+class _RawCandidate(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    content: _RawContent | None = None
+    finishReason: str | None = None  # noqa: N815 (the wire's name)
+    index: int = 0
+    groundingMetadata: msgspec.Raw = msgspec.Raw()  # noqa: N815
+    urlContextMetadata: msgspec.Raw = msgspec.Raw()  # noqa: N815
+
+
+class _RawPartsChunk(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """The common chunk with parts of any kind (each kept raw, for the part mapper)."""
+
+    candidates: list[_RawCandidate] = []
+    usageMetadata: dict[str, Any] | None = None  # noqa: N815
+    modelVersion: str | None = None  # noqa: N815
+    responseId: str | None = None  # noqa: N815
+
+
+_RAW_PARTS: Final = msgspec.json.Decoder(_RawPartsChunk)
+
+
 def _append_text(block: OpenBlock, piece: str) -> bool:
     block.append_text("text", piece)
     return True
@@ -117,12 +142,13 @@ def _append_text(block: OpenBlock, piece: str) -> bool:
 _DELTAS: Final = {_TEXT: _append_text}
 
 
-def _no_parts(assembled: AssembledBlock) -> list[Draft]:
-    raise AssertionError("a part mapped before the response started")  # pragma: no cover
-
-
 class ChunkDecoder:
     """Turns each chunk of one response into drafts; `done` once the response ended."""
+
+    mapper: PartMapper
+    """The response's part mapper, from the chunk that opens it on (`response_id` set)."""
+    assembler: StreamAssembler[Draft]
+    """The text runs under assembly, from the chunk that opens the response on."""
 
     def __init__(
         self, context: RequestContext, *, whole: bool = False, status: int | None = None
@@ -134,8 +160,6 @@ class ChunkDecoder:
         """The HTTP status, recorded with an error."""
         self.response_id: ResponseId | None = None
         self.model = context.model
-        self.mapper = PartMapper(ResponseId(""), "", context)
-        self.assembler: StreamAssembler[Draft] = StreamAssembler(_DELTAS, _no_parts)
         self.done = False
         """True once the response ended: later input is not read."""
         self._run = -1
@@ -162,10 +186,9 @@ class ChunkDecoder:
         if self.done:
             return _NOTHING
         raw = raw.strip(_WHITESPACE)
-        if self.response_id is not None:
-            fast = self._fast(raw)
-            if fast is not None:
-                return fast
+        fast = self._fast(raw)
+        if fast is not None:
+            return fast
         try:
             fields = _FIELDS.decode(raw)
         except (msgspec.DecodeError, RecursionError) as error:
@@ -234,42 +257,57 @@ class ChunkDecoder:
     # --- chunks ---
 
     def _fast(self, raw: bytes) -> Sequence[Event] | None:
-        """The common chunk (plain text parts, usage, empty grounding) in one typed
-        decode; None for any other shape, which the general path reads."""
+        """The common chunk (candidate 0's parts, usage, grounding, no other field) in one
+        typed decode, two when a part is not plain text; None for any other shape, which
+        the general path reads. (The same reading as the general path's: the structs
+        forbid unknown fields, so nothing is left for `_extras` to keep.)"""
+        chunk: _PlainChunk | _RawPartsChunk
         try:
             chunk = _PLAIN.decode(raw)
         except (msgspec.DecodeError, RecursionError):
-            return None
+            try:
+                chunk = _RAW_PARTS.decode(raw)
+            except (msgspec.DecodeError, RecursionError):
+                return None
         candidates = chunk.candidates
         if len(candidates) > 1 or (candidates and candidates[0].index != 0):
             return None
         if not candidates and chunk.usageMetadata is None and chunk.responseId is None:
             return None  # maybe no response chunk at all: the general path tells
+        out: list[Event] = []
+        if self.response_id is None:  # the first chunk: it has no other field to keep
+            out.append(self._begin(raw, chunk.responseId, chunk.modelVersion))
         if chunk.usageMetadata is not None:
             self._usage = chunk.usageMetadata
         if not candidates:
-            return _NOTHING
+            return out or _NOTHING
         candidate = candidates[0]
         drafts: list[Draft] = []
-        if candidate.content is not None:
-            for part in candidate.content.parts:
+        content = candidate.content
+        if isinstance(content, _PlainContent):
+            for part in content.parts:
                 self._piece(drafts, part.text, part.thought)
-        self._keep(candidate.groundingMetadata or None, self._grounding)
-        self._keep(candidate.urlContextMetadata or None, self._url_context)
+        elif content is not None:
+            self._parts(drafts, content.parts)
+        if candidate.groundingMetadata:
+            self._keep(candidate.groundingMetadata, self._grounding)
+        if candidate.urlContextMetadata:
+            self._keep(candidate.urlContextMetadata, self._url_context)
         self._finished = candidate.finishReason is not None
         if candidate.finishReason is not None:
             self._stop_reason = candidate.finishReason
-        if not drafts:
-            return _NOTHING
-        out: list[Event] = []
-        self._emit(out, drafts)
-        return out
+        if drafts:
+            self._emit(out, drafts)
+        return out or _NOTHING
 
     def _start(self, raw: bytes, fields: dict[str, msgspec.Raw]) -> ResponseStarted:
-        given, model = (
-            decode_field(fields.get("responseId")),
-            decode_field(fields.get("modelVersion")),
-        )
+        given = decode_field(fields.get("responseId"))
+        model = decode_field(fields.get("modelVersion"))
+        return self._begin(raw, given, model)
+
+    def _begin(self, raw: bytes, given: Any, model: Any) -> ResponseStarted:
+        """Open the response from its first chunk (`given`: its `responseId`, `model`: its
+        `modelVersion`, as decoded)."""
         response_id = ResponseId(given) if isinstance(given, str) and given else derived_id(raw)
         self.response_id = response_id
         if isinstance(model, str) and model:
@@ -330,6 +368,12 @@ class ChunkDecoder:
         except msgspec.DecodeError:
             return [self.mapper.unknown_value(bytes(content), "content")]
         out: list[Draft] = []
+        self._parts(out, parts)
+        return out
+
+    def _parts(self, out: list[Draft], parts: list[msgspec.Raw]) -> None:
+        """Add the drafts of a candidate's parts to `out`: plain text to the runs, any
+        other part mapped whole, exactly as it came."""
         for raw in parts:
             value = bytes(raw)
             try:
@@ -343,7 +387,6 @@ class ChunkDecoder:
                 continue
             out.extend(self._close_run())
             out.extend(self.mapper(AssembledBlock(-1, part, value)))
-        return out
 
     def _piece(self, out: list[Draft], text: str, thought: bool) -> None:
         """Add a plain text part to the open run (closing one of the other kind)."""
@@ -397,14 +440,16 @@ class ChunkDecoder:
         self._emit(out, self.assembler.finish(cut=cut))
         out.extend(self._activities())
         held = self._held or []
-        texts = [d for d in held if isinstance(d, HeldText)]
-        slots = [TextSlot(t.text, t.start) for t in texts]
-        blocks = [block for _, block in self._grounding]
-        cited = dict(zip(map(id, texts), text_attributions(slots, blocks), strict=True))
+        cited: dict[int, list[Any]] = {}
+        if held and self._grounding:
+            texts = [d for d in held if isinstance(d, HeldText)]
+            slots = [TextSlot(t.text, t.start) for t in texts]
+            blocks = [block for _, block in self._grounding]
+            cited = dict(zip(map(id, texts), text_attributions(slots, blocks), strict=True))
         for draft in held:
             if isinstance(draft, HeldText):
                 complete = draft.complete and not cut
-                out.append(self._text(draft, cited[id(draft)], complete=complete))
+                out.append(self._text(draft, cited.get(id(draft), []), complete=complete))
             else:
                 out.append(draft)
         mapper = self.mapper
