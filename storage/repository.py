@@ -3,6 +3,13 @@
 `load` folds the newest snapshot and the events after it; `save` writes the collected
 events, and a new snapshot every `snapshot_every` versions, in one transaction.
 
+A snapshot is the conversation's state in msgpack, its activities stored compactly: each
+distinct (name, state, provider) once, and per activity id the index of its own, so a
+load builds one ActivityState per distinct kind rather than one per activity (decoding
+a long conversation's snapshot is most of what loading it costs). Snapshots are derived
+data: one that cannot be read (written by another version) is passed over, and the
+conversation is replayed from its events.
+
 With `cache_size`, the repository keeps the state of the conversations it last saved or
 loaded (least recently used dropped first). A load then starts from a copy of that state
 and folds only the events stored after it (`select_states(gt=version)`), so events another
@@ -20,7 +27,12 @@ from collections.abc import Iterator, Sequence
 
 import msgspec
 
-from convstore.domain.conversation import Conversation, ConversationState, copy_state
+from convstore.domain.conversation import (
+    ActivityState,
+    Conversation,
+    ConversationState,
+    copy_state,
+)
 from convstore.domain.errors import ConcurrencyConflict, ConversationNotFound
 from convstore.domain.events import Event, Started
 from convstore.domain.service import ConversationSummary
@@ -33,8 +45,63 @@ DEFAULT_SNAPSHOT_EVERY = 500
 DEFAULT_CACHE_SIZE = 1000
 """Conversations whose state `open_store`'s repository keeps (see the module's docstring)."""
 
-_encode_state = msgspec.msgpack.Encoder().encode
-_decode_state = msgspec.msgpack.Decoder(ConversationState).decode
+
+class _Snapshot(msgspec.Struct, array_like=True, tag=2):
+    """A snapshot's layout: the state without its activities, then the activities."""
+
+    state: ConversationState
+    """Every field but `activities`, which is empty here."""
+    activity_ids: list[str]
+    kind_of: bytes | list[int]
+    """Per activity id, in order, the index of its entry in `kinds` (bytes while they fit)."""
+    kinds: list[ActivityState]
+
+
+_encode_snapshot = msgspec.msgpack.Encoder().encode
+_decode_snapshot = msgspec.msgpack.Decoder(_Snapshot).decode
+_decode_plain_state = msgspec.msgpack.Decoder(ConversationState).decode
+"""The first layout: the state as one msgpack map."""
+
+
+def encode_snapshot(state: ConversationState) -> bytes:
+    """A state as snapshot bytes."""
+    index: dict[ActivityState, int] = {}
+    kinds: list[ActivityState] = []
+    kind_of: list[int] = []
+    for activity in state.activities.values():
+        kind = index.get(activity)
+        if kind is None:
+            kind = index[activity] = len(kinds)
+            kinds.append(activity)
+        kind_of.append(kind)
+    return _encode_snapshot(
+        _Snapshot(
+            msgspec.structs.replace(state, activities={}),
+            list(state.activities),
+            bytes(kind_of) if len(kinds) <= 256 else kind_of,
+            kinds,
+        )
+    )
+
+
+def decode_snapshot(data: bytes) -> ConversationState | None:
+    """The state in snapshot bytes (either layout), or None when they cannot be read."""
+    try:
+        snapshot = _decode_snapshot(data)
+    except msgspec.DecodeError:
+        try:
+            return _decode_plain_state(data)
+        except msgspec.DecodeError:
+            return None
+    state = snapshot.state
+    kinds = snapshot.kinds
+    try:
+        state.activities = dict(
+            zip(snapshot.activity_ids, map(kinds.__getitem__, snapshot.kind_of), strict=True)
+        )
+    except (IndexError, ValueError):  # an index past `kinds`, or lengths that differ
+        return None
+    return state
 
 
 class EventRepository:
@@ -74,11 +141,10 @@ class EventRepository:
                     self._remember(conversation)
                 return conversation
         snapshot = self.recorder.select_snapshot(conversation_id)
-        state, version = None, 0
-        if snapshot is not None:
-            state, version = _decode_state(snapshot.state), snapshot.version
+        state = None if snapshot is None else decode_snapshot(snapshot.state)
+        version = 0 if snapshot is None or state is None else snapshot.version
         rows = self.recorder.select_states(conversation_id, gt=version)
-        if snapshot is None and not rows:
+        if state is None and not rows:
             raise ConversationNotFound(f"no conversation {conversation_id} in this store")
         decode = self.mapper.decode
         # A generator, not a list: each event is dropped once applied, so replay's peak
@@ -100,7 +166,7 @@ class EventRepository:
         every = self.snapshot_every
         if every and conversation.version // every > (conversation.version - len(stored)) // every:
             snapshot = SnapshotRecord(
-                conversation.id, conversation.version, _encode_state(conversation.state)
+                conversation.id, conversation.version, encode_snapshot(conversation.state)
             )
         try:
             ids = self.recorder.append(stored, snapshot)
