@@ -109,6 +109,15 @@ class OpenBlock:
             self._set = {}
         self._set[name] = value
 
+    def forget(self, name: str) -> None:
+        """Forget what the deltas brought for field `name` (pieces, fragments, value): a
+        later whole value made it redundant, and a long text should not be held twice."""
+        self._text.pop(name, None)
+        if self._json is not None:
+            self._json.pop(name, None)
+        if self._set is not None:
+            self._set.pop(name, None)
+
     @property
     def changed(self) -> bool:
         """True once a delta brought anything."""

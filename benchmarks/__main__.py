@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
 
-from benchmarks import mapper, postgres, search, storage
+from benchmarks import decoding, mapper, postgres, search, storage
 from benchmarks.common import Figure, Sizes, render_table
 
 FAMILIES: dict[str, Callable[[Sizes, Path], list[Figure]]] = {
@@ -30,6 +30,7 @@ FAMILIES: dict[str, Callable[[Sizes, Path], list[Figure]]] = {
     "mapper": lambda sizes, _folder: mapper.mapper_figures(sizes),
     "postgres": lambda sizes, _folder: postgres.postgres_figures(sizes),
     "search": search.search_figures,
+    "decoding": decoding.decoding_figures,
 }
 
 

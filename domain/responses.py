@@ -174,8 +174,16 @@ class ResponseRecorder:
                         ),
                     ),
                 )
+            if pending_bytes and pending_bytes + size > self.flush_bytes:
+                # The block does not fit beside what is pending: commit that first, so the
+                # buffer never holds more than its bound besides one block.
+                self.save(self.conversation)
+                pending_bytes = 0
             digest.add(draft)
             self.conversation.record(draft)
+            # Released now, not when the next draft arrives: the decoder assembles the next
+            # block meanwhile, and this one's text must not stay alive beside it.
+            del draft
             pending_bytes += size
             if pending_bytes >= self.flush_bytes:
                 self.save(self.conversation)

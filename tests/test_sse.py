@@ -685,3 +685,15 @@ def test_recorded_streams_feed_data(path: Path) -> None:
     for _ in range(5):
         cuts = [rng.randrange(len(raw) + 1) for _ in range(rng.randrange(1, 64))]
         assert frame_data(split_at(raw, cuts))[0] == whole
+
+
+def test_feed_data_large_event_across_chunks() -> None:
+    value = b'{"text": "' + b"x" * 100_000 + b'"}'
+    raw = b"event: big\ndata: " + value + b"\n\nevent: e\ndata:y\n\n" + b"event: f\ndata:" + value
+    raw += b"\n\nid: 3\ndata: z\n\n"
+    pieces = [raw[i : i + 4096] for i in range(0, len(raw), 4096)]
+    got, framer = frame_data(pieces, max_event_bytes=200_000)
+    assert got == [value.decode(), "y", value.decode(), "z"]
+    assert framer.last_event_id == "3"
+    with pytest.raises(SSEDecodeError, match="exceeds 50000 bytes"):
+        frame_data(pieces, max_event_bytes=50_000)

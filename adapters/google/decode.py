@@ -67,9 +67,9 @@ def decode_stream(
     try:
         for chunk in chunks:
             for data in feed_data(chunk):
-                drafts = feed(data)
-                if drafts:
-                    yield from drafts
+                # Not kept in a local: a draft (a whole run's text) must not stay alive
+                # while the next chunks assemble the next run.
+                yield from feed(data)
                 if stream.done:
                     return
         for event in framer.close():

@@ -64,13 +64,11 @@ def decode_stream(
     feed_all = stream.feed_all
     try:
         for chunk in chunks:
-            datas = feed_data(chunk)
-            if datas:
-                drafts = feed_all(datas)
-                if drafts:
-                    yield from drafts
-                if stream.done:
-                    return
+            # Nothing kept in a local: neither a draft (a whole block's text) nor an event's
+            # data may stay alive while the next chunks assemble the next block.
+            yield from feed_all(feed_data(chunk))
+            if stream.done:
+                return
         for event in framer.close():
             yield from stream.feed(event.data)
             if stream.done:

@@ -349,9 +349,11 @@ class StreamDecoder:
             except msgspec.DecodeError:
                 items = []
             for index, raw in enumerate(items):
+                if index in self._mapped:
+                    continue  # mapped already: its copy here is not read
                 value = bytes(raw)
                 item = self._item(value)
-                if index not in self._mapped and item is not None:
+                if item is not None:
                     self._final[index] = (item, value)
         else:
             head.status = TERMINAL_STATUS[event.type]

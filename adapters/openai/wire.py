@@ -139,6 +139,8 @@ def _final(key_of: Callable[[StreamEvent, str], str | None], name: str) -> Delta
         if key is None or not isinstance(text, str) or not aimed(block, event):
             return False
         block.set(key, text)
+        # The pieces so far are superseded: `items.rebuild` reads the final text first.
+        block.forget(key.removesuffix("final") + "text")
         return True
 
     return apply
@@ -154,6 +156,9 @@ def _part(key_of: Callable[[StreamEvent, str], str | None], *, done: bool) -> De
         block.set(key.removesuffix("/"), part)
         if done:
             block.set(key + "done", True)
+            # The part came whole: `items.rebuild` reads it alone, not its text so far.
+            block.forget(key + "text")
+            block.forget(key + "final")
         return True
 
     return apply
