@@ -9,7 +9,8 @@ store at `DIR/convstore.db` and printed as `$ convstore …` followed by its out
    (a response already stored is reported as such and not written again), else into a
    new one;
 2. ingest a stream cut short by a provider error: exit status 3, and what arrived is kept;
-3. list the conversations and show the web search one (citations, the activity line);
+3. list the conversations and show the web search one (citations, the activity line),
+   search every conversation, audit the web search one, verify every hash chain;
 4. replay the thinking + tool round trip: the exact Anthropic request that continues
    it, then, for every other provider with an adapter, what a switch would leave out.
 
@@ -109,6 +110,14 @@ def steps(providers: Sequence[str]) -> Iterator[Step]:
         Step("what was kept of it", ("show", Ref("errors"))),
         Step("every conversation in the store", ("list",)),
         Step("the web search answer: citations and the search activity", ("show", Ref(WEB_SEARCH))),
+        Step(
+            "full-text search over every conversation (accents folded)", ("search", "matcha cafe")
+        ),
+        Step(
+            "the audit: activities, spend, tool calls, payloads, chain head",
+            ("audit", Ref(WEB_SEARCH)),
+        ),
+        Step("every hash chain intact", ("verify", "--all")),
         Step(
             "the exact Anthropic request continuing the thinking + tool round trip",
             ("replay", Ref(ROUND_TRIP), "--to", "anthropic", "--user", NEXT_QUESTION),
