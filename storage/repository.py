@@ -11,7 +11,9 @@ data: one that cannot be read (written by another version) is passed over, and t
 conversation is replayed from its events.
 
 With `cache_size`, the repository keeps the state of the conversations it last saved or
-loaded (least recently used dropped first). A load then starts from a copy of that state
+loaded (least recently used dropped first, also once their states hold more than
+`DEFAULT_CACHE_ENTRIES` ids in all, so long conversations cannot make the cache take
+hundreds of MB). A load then starts from a copy of that state
 and folds only the events stored after it (`select_states(gt=version)`), so events another
 writer (another process) appended are never missed; a save still conflicts on a taken
 version, and only a successful save or a load updates the cache. Like eventsourcing's
@@ -24,6 +26,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
+from typing import NamedTuple
 
 import msgspec
 
@@ -44,6 +47,9 @@ from convstore.storage.recorder import ConversationRecorder, SnapshotRecord
 DEFAULT_SNAPSHOT_EVERY = 500
 DEFAULT_CACHE_SIZE = 1000
 """Conversations whose state `open_store`'s repository keeps (see the module's docstring)."""
+DEFAULT_CACHE_ENTRIES = 250_000
+"""At most this many response, call and activity ids in the cached states together
+(about 200 bytes each: a 10,000-event conversation holds some 2,000)."""
 
 
 class _Snapshot(msgspec.Struct, array_like=True, tag=2):
@@ -104,6 +110,13 @@ def decode_snapshot(data: bytes) -> ConversationState | None:
     return state
 
 
+class _Cached(NamedTuple):
+    version: int
+    state: ConversationState
+    weight: int
+    """1 + its response, call and activity ids: what the state costs to keep."""
+
+
 class EventRepository:
     """Loads and saves Conversation aggregates through a recorder."""
 
@@ -114,6 +127,7 @@ class EventRepository:
         *,
         snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
         cache_size: int = 0,
+        cache_entries: int = DEFAULT_CACHE_ENTRIES,
     ) -> None:
         self.recorder = recorder
         self.mapper = mapper or EventMapper()
@@ -121,7 +135,9 @@ class EventRepository:
         self.cache_size = cache_size
         """How many conversations' states to keep; 0 (the default here) keeps none, so
         every load reads the snapshot and events as stored. `open_store` keeps 1,000."""
-        self._cache: OrderedDict[ConversationId, tuple[int, ConversationState]] = OrderedDict()
+        self.cache_entries = cache_entries
+        self._cache: OrderedDict[ConversationId, _Cached] = OrderedDict()
+        self._cache_weight = 0
         self._cache_guard = threading.Lock()
 
     def load(self, conversation_id: ConversationId) -> Conversation:
@@ -183,22 +199,34 @@ class EventRepository:
     def _cached(self, conversation_id: ConversationId) -> tuple[int, ConversationState] | None:
         with self._cache_guard:
             cached = self._cache.get(conversation_id)
-            if cached is not None:
-                self._cache.move_to_end(conversation_id)
-            return cached
+            if cached is None:
+                return None
+            self._cache.move_to_end(conversation_id)
+            return cached.version, cached.state
 
     def _remember(self, conversation: Conversation) -> None:
         """Keep a copy of a conversation's state as stored (it holds no pending events)."""
-        entry = (conversation.version, copy_state(conversation.state))
+        state = copy_state(conversation.state)
+        entry = _Cached(
+            conversation.version,
+            state,
+            1 + len(state.responses) + len(state.calls) + len(state.activities),
+        )
         conversation_id = conversation.id
+        cache = self._cache
         with self._cache_guard:
-            cached = self._cache.get(conversation_id)
-            if cached is not None and cached[0] > entry[0]:
-                return  # another thread of this process remembered a newer version
-            self._cache[conversation_id] = entry
-            self._cache.move_to_end(conversation_id)
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
+            cached = cache.get(conversation_id)
+            if cached is not None:
+                if cached.version > entry.version:
+                    return  # another thread of this process remembered a newer version
+                self._cache_weight -= cached.weight
+            cache[conversation_id] = entry
+            cache.move_to_end(conversation_id)
+            self._cache_weight += entry.weight
+            while len(cache) > self.cache_size or (
+                self._cache_weight > self.cache_entries and len(cache) > 1
+            ):
+                self._cache_weight -= cache.popitem(last=False)[1].weight
 
     def events(self, conversation_id: ConversationId, *, after: int = 0) -> Iterator[Event]:
         """Stored events in version order after `after`; raises ConversationNotFound."""
