@@ -1,12 +1,17 @@
 """The append contest shared by the SQLite (1) and PostgreSQL (5) figures.
 
-Three contestants take turns, round by round, each writing one response's ten events in
+Four contestants take turns, round by round, each writing one response's ten events in
 one transaction:
 
 - `save`: `Conversation.record_all` then `repository.save` of an aggregate held in memory
   (what a writer that keeps its conversation loaded pays);
-- `append`: `store.service.append`, which loads the conversation (newest snapshot plus the
-  events after it), records the drafts and saves them (what one CLI command pays);
+- `append`: `store.service.append`, which loads the conversation, records the drafts and
+  saves them, through `open_store`'s repository: its cache holds the conversation's state,
+  so the load reads only the events stored after it (what a process appending to its
+  conversations again and again pays);
+- `fresh`: the same through a repository without a cache (`cache_size=0`): every load
+  reads the newest snapshot and the 0..499 events after it (what one CLI command pays for
+  its first load, besides starting Python); informative, it has no target;
 - `raw`: the driver alone inserting the rows convstore wrote for the same drafts (the same
   encoded states) into an equivalent table, at the same batch size and durability.
 """
@@ -86,12 +91,13 @@ def contest(
     saved: Store,
     *,
     appended: Store,
+    fresh: Store,
     insert: Callable[[P], object],
     params: Callable[[Sequence[Row]], P],
     work: AppendWorkload,
     sizes: Sizes,
 ) -> Timings:
-    """Run the three contestants interleaved; each consumes one call's drafts per call.
+    """Run the four contestants interleaved; each consumes one call's drafts per call.
 
     `params` turns rows into the driver's parameters beforehand, so the baseline's timed
     section holds nothing but the driver's work.
@@ -99,9 +105,11 @@ def contest(
     held = Conversation.start("benchmark")
     saved.repository.save(held)
     service_id = appended.service.start("benchmark")
+    fresh_id = fresh.service.start("benchmark")
     insert(params(work.started))
     prepared = [params(rows) for rows in work.rows]
     to_save, to_append, to_insert = iter(work.drafts), iter(work.drafts), iter(prepared)
+    to_fresh = iter(work.drafts)
 
     def save() -> None:
         held.record_all(next(to_save))
@@ -110,8 +118,16 @@ def contest(
     def append() -> None:
         appended.service.append(service_id, next(to_append))
 
+    def append_fresh() -> None:
+        fresh.service.append(fresh_id, next(to_fresh))
+
     return interleave(
-        {"save": save, "append": append, "raw": lambda: insert(next(to_insert))},
+        {
+            "save": save,
+            "append": append,
+            "fresh": append_fresh,
+            "raw": lambda: insert(next(to_insert)),
+        },
         rounds=sizes.append_rounds,
         warmup=sizes.warmup,
     )
@@ -127,7 +143,7 @@ def figures(
     work: AppendWorkload,
     sizes: Sizes,
 ) -> list[Figure]:
-    """The `save` and `append` rows of one backend."""
+    """The `save`, `append` and `fresh` rows of one backend."""
     n = work.events_per_call
     extra = {
         "events_per_call": n,
@@ -162,8 +178,21 @@ def figures(
             timings.median("raw"),
             ratio=timings.throughput_ratio("append", "raw"),
             target=(">=", target),
-            note="each call first loads the conversation: its snapshot and the "
-            f"0..{SNAPSHOT_EVERY - 1} events after it",
+            note="each call first loads the conversation: open_store's repository cache "
+            "holds its state, so the load reads only the events stored after it",
+            extra=extra,
+        ),
+        Figure(
+            f"{prefix}c",
+            f"append 1 response ({n:.0f} events), {backend}, service.append, no cache",
+            "store.service.append through a repository with cache_size=0",
+            baseline,
+            "throughput",
+            timings.median("fresh"),
+            timings.median("raw"),
+            ratio=timings.throughput_ratio("fresh", "raw"),
+            note="informative: each call loads the newest snapshot and the "
+            f"0..{SNAPSHOT_EVERY - 1} events after it (a fresh process's first load)",
             extra=extra,
         ),
     ]

@@ -67,7 +67,11 @@ def postgres_figures(sizes: Sizes) -> list[Figure]:
                 kind="throughput",
                 why=why,
             )
-            for part, how in (("a", "repository.save"), ("b", "service.append"))
+            for part, how in (
+                ("a", "repository.save"),
+                ("b", "service.append"),
+                ("c", "service.append, no cache"),
+            )
         ]
     return _run(sizes)
 
@@ -76,9 +80,12 @@ def _run(sizes: Sizes) -> list[Figure]:
     import psycopg
 
     from convstore.storage import Store, open_store
+    from convstore.storage.repository import DEFAULT_CACHE_SIZE
 
     suffix = f"{os.getpid()}"
-    schemas = {name: f"convstore_bench_{name}_{suffix}" for name in ("raw", "save", "append")}
+    schemas = {
+        name: f"convstore_bench_{name}_{suffix}" for name in ("raw", "save", "append", "fresh")
+    }
     admin = psycopg.connect(DSN, autocommit=True)
     stores: list[Store] = []
     try:
@@ -87,9 +94,13 @@ def _run(sizes: Sizes) -> list[Figure]:
             admin.execute(f"CREATE SCHEMA {schema}")
         for statement in _RAW_SCHEMA:
             admin.execute(statement.format(schema=schemas["raw"]))
-        for name in ("save", "append"):
+        for name in ("save", "append", "fresh"):
             stores.append(
-                open_store(f"{DSN}?schema={schemas[name]}", snapshot_every=append.SNAPSHOT_EVERY)
+                open_store(
+                    f"{DSN}?schema={schemas[name]}",
+                    snapshot_every=append.SNAPSHOT_EVERY,
+                    cache_size=0 if name == "fresh" else DEFAULT_CACHE_SIZE,
+                )
             )
         raw = psycopg.connect(DSN, autocommit=True)
         insert_sql = _RAW_INSERT.format(schema=schemas["raw"])
@@ -104,6 +115,7 @@ def _run(sizes: Sizes) -> list[Figure]:
             timings = append.contest(
                 stores[0],
                 appended=stores[1],
+                fresh=stores[2],
                 insert=insert,
                 params=lambda rows: [
                     (r.originator_id, r.originator_version, topics[r.topic], r.state) for r in rows

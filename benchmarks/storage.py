@@ -102,12 +102,16 @@ def append_figures(sizes: Sizes, folder: Path) -> list[Figure]:
     topics = append.topic_ids(work)
     saved = open_store(str(folder / "append-save.db"), snapshot_every=append.SNAPSHOT_EVERY)
     appended = open_store(str(folder / "append-service.db"), snapshot_every=append.SNAPSHOT_EVERY)
+    fresh = open_store(
+        str(folder / "append-fresh.db"), snapshot_every=append.SNAPSHOT_EVERY, cache_size=0
+    )
     page_size = _page_size(folder / "append-save.db")
     raw = RawSQLite(folder / "append-raw.db", page_size=page_size)
     try:
         timings = append.contest(
             saved,
             appended=appended,
+            fresh=fresh,
             insert=raw.insert,
             params=lambda rows: [
                 (r.originator_id.bytes, r.originator_version, topics[r.topic], r.state)
@@ -119,6 +123,7 @@ def append_figures(sizes: Sizes, folder: Path) -> list[Figure]:
     finally:
         saved.close()
         appended.close()
+        fresh.close()
         raw.close()
     baseline = (
         f"raw sqlite3: executemany of the same {work.events_per_call:.0f} encoded states into "
