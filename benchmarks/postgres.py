@@ -84,7 +84,8 @@ def _run(sizes: Sizes) -> list[Figure]:
 
     suffix = f"{os.getpid()}"
     schemas = {
-        name: f"convstore_bench_{name}_{suffix}" for name in ("raw", "save", "append", "fresh")
+        name: f"convstore_bench_{name}_{suffix}"
+        for name in ("raw", "raw_apart", "save", "append", "fresh")
     }
     admin = psycopg.connect(DSN, autocommit=True)
     stores: list[Store] = []
@@ -94,6 +95,7 @@ def _run(sizes: Sizes) -> list[Figure]:
             admin.execute(f"CREATE SCHEMA {schema}")
         for statement in _RAW_SCHEMA:
             admin.execute(statement.format(schema=schemas["raw"]))
+            admin.execute(statement.format(schema=schemas["raw_apart"]))
         for name in ("save", "append", "fresh"):
             stores.append(
                 open_store(
@@ -104,10 +106,15 @@ def _run(sizes: Sizes) -> list[Figure]:
             )
         raw = psycopg.connect(DSN, autocommit=True)
         insert_sql = _RAW_INSERT.format(schema=schemas["raw"])
+        apart_sql = _RAW_INSERT.format(schema=schemas["raw_apart"])
 
         def insert(rows: Sequence[tuple[Any, ...]]) -> None:
             with raw.transaction(), raw.cursor() as cursor:
                 cursor.executemany(insert_sql, rows)
+
+        def insert_apart(rows: Sequence[tuple[Any, ...]]) -> None:
+            with raw.transaction(), raw.cursor() as cursor:
+                cursor.executemany(apart_sql, rows)
 
         work = append.append_workload(sizes, seed=5)
         topics = append.topic_ids(work)
@@ -117,6 +124,7 @@ def _run(sizes: Sizes) -> list[Figure]:
                 appended=stores[1],
                 fresh=stores[2],
                 insert=insert,
+                fresh_insert=insert_apart,
                 params=lambda rows: [
                     (r.originator_id, r.originator_version, topics[r.topic], r.state) for r in rows
                 ],

@@ -107,12 +107,14 @@ def append_figures(sizes: Sizes, folder: Path) -> list[Figure]:
     )
     page_size = _page_size(folder / "append-save.db")
     raw = RawSQLite(folder / "append-raw.db", page_size=page_size)
+    raw_apart = RawSQLite(folder / "append-raw-apart.db", page_size=page_size)
     try:
         timings = append.contest(
             saved,
             appended=appended,
             fresh=fresh,
             insert=raw.insert,
+            fresh_insert=raw_apart.insert,
             params=lambda rows: [
                 (r.originator_id.bytes, r.originator_version, topics[r.topic], r.state)
                 for r in rows
@@ -125,6 +127,7 @@ def append_figures(sizes: Sizes, folder: Path) -> list[Figure]:
         appended.close()
         fresh.close()
         raw.close()
+        raw_apart.close()
     baseline = (
         f"raw sqlite3: executemany of the same {work.events_per_call:.0f} encoded states into "
         f"an equivalent table, WAL, synchronous=FULL, {page_size} B pages, "
