@@ -109,6 +109,16 @@ class OpenBlock:
             self._set = {}
         self._set[name] = value
 
+    def only_text(self, name: str) -> list[str] | None:
+        """The pieces of string field `name` when no delta brought anything else (an
+        empty list when none came), else None: a decoder's shortcut for plain text."""
+        if self._json or self._items or self._set:
+            return None
+        text = self._text
+        if not text:
+            return []
+        return text.get(name) if len(text) == 1 else None
+
     def forget(self, name: str) -> None:
         """Forget what the deltas brought for field `name` (pieces, fragments, value): a
         later whole value made it redundant, and a long text should not be held twice."""

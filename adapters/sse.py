@@ -152,7 +152,13 @@ class SSEFramer:
             return self._feed_data(chunk)
         # The common case, straight through: no line or event under way, so the chunk up
         # to its last blank line is whole blocks, read here if they have the common shapes.
-        end = max(chunk.rfind(b"\n\n") + 2, chunk.rfind(b"\n\r\n") + 3)
+        # The end of the last blank line (searched from the end: it is near it).
+        if b"\r" in chunk:
+            crlf = chunk.rfind(b"\n\r\n")
+            lf = chunk.rfind(b"\n\n", crlf + 1)
+            end = lf + 2 if lf >= 0 else crlf + 3
+        else:
+            end = chunk.rfind(b"\n\n") + 2
         if end < 3:
             return self._feed_data(chunk)
         if self._at_start:

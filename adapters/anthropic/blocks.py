@@ -195,12 +195,10 @@ class BlockMapper:
         if not citations:
             if citations is not None and not isinstance(citations, list):
                 raise _Malformed("text")
+            if assembled.complete:
+                return self.plain_text(text)
             return [
-                AssistantText(
-                    response_id=self.response_id,
-                    text=text,
-                    attributions_complete=assembled.complete,
-                )
+                AssistantText(response_id=self.response_id, text=text, attributions_complete=False)
             ]
         if not isinstance(citations, list):
             raise _Malformed("text")
@@ -212,6 +210,10 @@ class BlockMapper:
                 attributions_complete=assembled.complete,
             )
         ]
+
+    def plain_text(self, text: str) -> list[Event]:
+        """The drafts of a complete text block without citations."""
+        return [AssistantText(response_id=self.response_id, text=text)]
 
     def _thinking(self, assembled: AssembledBlock) -> list[Event]:
         text = assembled.block.get("thinking")

@@ -106,6 +106,20 @@ def whole_blocks(mapper: BlockMapper, content: msgspec.Raw | None) -> Iterator[E
         yield from mapper(AssembledBlock(index, block, value))
 
 
+def _usage(tokens: dict[str, int], hosted: dict[str, int], other: dict[str, int]) -> Usage:
+    """`Usage` of these counters (keywords spelled out: much faster than `**tokens`)."""
+    get = tokens.get
+    return Usage(
+        input_tokens=get("input_tokens"),
+        output_tokens=get("output_tokens"),
+        cache_read_tokens=get("cache_read_tokens"),
+        cache_write_tokens=get("cache_write_tokens"),
+        reasoning_tokens=get("reasoning_tokens"),
+        hosted=hosted,
+        other=other,
+    )
+
+
 def usage_of(counters: Mapping[str, Any]) -> Usage:
     """Anthropic usage counters as `Usage`."""
     tokens: dict[str, int] = {}
@@ -135,7 +149,7 @@ def usage_of(counters: Mapping[str, Any]) -> Usage:
                     other[key] = value
             elif isinstance(value, dict):
                 pending.append((f"{prefix}{name}.", value))
-    return Usage(**tokens, hosted=hosted, other=other)
+    return _usage(tokens, hosted, other)
 
 
 class ResponseHead:

@@ -55,6 +55,7 @@ _OBJECT: Final = msgspec.json.Decoder(dict[str, Any])
 _VALID: Final = msgspec.json.Decoder(msgspec.Raw)
 _DELTA_FIELDS: Final = frozenset({"stop_reason"})
 _NO_CONTENT: Final = msgspec.Raw(b"[]")
+_EMPTY_TEXT: Final = msgspec.Raw(b'{"type":"text","text":""}')
 
 
 def _utf8(data: bytes | str) -> bytes:
@@ -155,7 +156,7 @@ class StreamDecoder:
             elif self.head is None:
                 drafts = self._before_start(event, data)
             elif type(event) is BlockStop:
-                drafts = self.assembler.stop(event.index)
+                drafts = self._block_stop(event, data)
             elif type(event) is BlockStart:
                 drafts = self._block_start(event, data)
             elif type(event) is Ping:
@@ -248,6 +249,8 @@ class StreamDecoder:
 
     def _block_start(self, event: BlockStart, data: bytes | str) -> Sequence[Event]:
         raw = event.content_block
+        if raw == _EMPTY_TEXT:  # the common start, as its decode would give it
+            return self.assembler.start(event.index, {"type": "text", "text": ""}, raw)
         try:
             block = _OBJECT.decode(raw)
         except msgspec.ValidationError:
@@ -261,7 +264,17 @@ class StreamDecoder:
         return self._unknown(data)
 
     def _block_stop(self, event: BlockStop, data: bytes | str) -> Sequence[Event]:
-        return self.assembler.stop(event.index)
+        assembler = self.assembler
+        block = assembler.block(event.index)
+        if block is not None and block.raw == _EMPTY_TEXT:
+            # Plain text (no citations): the mapper's AssistantText, without assembling.
+            pieces = block.only_text("text")
+            if pieces is not None and self.head is not None:
+                assembler.drop(event.index)
+                text = "".join(pieces)
+                pieces.clear()
+                return self.head.mapper.plain_text(text)
+        return assembler.stop(event.index)
 
     def _message_delta(self, event: MessageDelta, data: bytes | str) -> Sequence[Event]:
         assert self.head is not None

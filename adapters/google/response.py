@@ -122,6 +122,20 @@ def failed_response(
     ]
 
 
+def _usage(tokens: dict[str, int], hosted: dict[str, int], other: dict[str, int]) -> Usage:
+    """`Usage` of these counters (keywords spelled out: much faster than `**tokens`)."""
+    get = tokens.get
+    return Usage(
+        input_tokens=get("input_tokens"),
+        output_tokens=get("output_tokens"),
+        cache_read_tokens=get("cache_read_tokens"),
+        cache_write_tokens=get("cache_write_tokens"),
+        reasoning_tokens=get("reasoning_tokens"),
+        hosted=hosted,
+        other=other,
+    )
+
+
 def usage_of(counters: Mapping[str, Any]) -> Usage:
     """`usageMetadata` as `Usage`."""
     tokens: dict[str, int] = {}
@@ -141,7 +155,7 @@ def usage_of(counters: Mapping[str, Any]) -> Usage:
                     modality, count = detail.get("modality"), detail.get("tokenCount")
                     if isinstance(modality, str) and type(count) is int:
                         other[f"{name}.{modality}"] = count
-    return Usage(**tokens, hosted=hosted, other=other)
+    return _usage(tokens, hosted, other)
 
 
 def finish_reason_of(

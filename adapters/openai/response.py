@@ -152,6 +152,20 @@ def _walk(prefix: str, values: Mapping[str, Any], out: dict[str, int]) -> None:
             out[key] = value
 
 
+def _usage(tokens: dict[str, int], hosted: dict[str, int], other: dict[str, int]) -> Usage:
+    """`Usage` of these counters (keywords spelled out: much faster than `**tokens`)."""
+    get = tokens.get
+    return Usage(
+        input_tokens=get("input_tokens"),
+        output_tokens=get("output_tokens"),
+        cache_read_tokens=get("cache_read_tokens"),
+        cache_write_tokens=get("cache_write_tokens"),
+        reasoning_tokens=get("reasoning_tokens"),
+        hosted=hosted,
+        other=other,
+    )
+
+
 def usage_of(usage: Mapping[str, Any], tool_usage: Mapping[str, Any]) -> Usage:
     """OpenAI `usage` and `tool_usage` counters as `Usage`."""
     counters: dict[str, int] = {}
@@ -161,7 +175,7 @@ def usage_of(usage: Mapping[str, Any], tool_usage: Mapping[str, Any]) -> Usage:
     hosted_counters: dict[str, int] = {}
     _walk("", tool_usage, hosted_counters)
     hosted = {HOSTED_COUNTERS.get(k, k): v for k, v in hosted_counters.items()}
-    return Usage(**tokens, hosted=hosted, other=other)
+    return _usage(tokens, hosted, other)
 
 
 class ResponseHead:
