@@ -129,6 +129,8 @@ def _outcome(block: Mapping[str, Any]) -> tuple[str, str]:
 class BlockMapper:
     """Maps the closed content blocks of one response to drafts."""
 
+    __slots__ = ("_activities", "_binding", "_calls", "_ended", "context", "model", "response_id")
+
     def __init__(self, response_id: ResponseId, model: str, context: RequestContext) -> None:
         self.response_id = response_id
         self.model = model

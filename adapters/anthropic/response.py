@@ -155,6 +155,8 @@ def usage_of(counters: Mapping[str, Any]) -> Usage:
 class ResponseHead:
     """The message-level state of one response: ids, usage, fields kept as they came."""
 
+    __slots__ = ("context", "extras", "mapper", "model", "response_id", "usage")
+
     def __init__(
         self, message_id: str, fields: Mapping[str, msgspec.Raw], context: RequestContext
     ) -> None:
@@ -170,8 +172,9 @@ class ResponseHead:
 
     def keep(self, fields: Mapping[str, msgspec.Raw], modelled: frozenset[str]) -> None:
         """Remember the non-null fields the events do not model."""
-        for name, raw in fields.items():
-            if name not in modelled and raw != _NULL:
+        for name in [name for name in fields if name not in modelled]:
+            raw = fields[name]
+            if raw != _NULL:
                 self.extras[name] = raw
 
     def started(self) -> ResponseStarted:

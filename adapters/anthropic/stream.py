@@ -80,6 +80,8 @@ def _no_blocks(assembled: AssembledBlock) -> list[Event]:
 class StreamDecoder:
     """Turns the `data` of each SSE event into drafts; `done` once the response ended."""
 
+    __slots__ = ("_early", "assembler", "context", "done", "head", "stop_reason")
+
     def __init__(self, context: RequestContext) -> None:
         self.context = context
         self.head: ResponseHead | None = None
