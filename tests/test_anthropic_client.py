@@ -18,11 +18,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from convstore.adapters.anthropic.client import (
-    API_VERSION,
-    AnthropicClient,
-    with_stream,
-)
+from convstore.adapters.anthropic.client import API_VERSION, AnthropicClient
 from convstore.adapters.http import (
     HTTPStream,
     ProviderHTTPError,
@@ -153,20 +149,6 @@ def test_stream_true_is_inserted_keeping_every_byte(
     server.enqueue(Reply.of(capture))
     stream_all(client, original)
     assert server.requests[0].body == b'{"stream":true,' + original[1:]
-
-
-def test_with_stream() -> None:
-    assert with_stream(b" {}", stream=True) == b' {"stream":true}'
-    assert with_stream(b'{"a": 1.50}', stream=True) == b'{"stream":true,"a": 1.50}'
-    assert with_stream(b'{"stream": true}', stream=True) == b'{"stream": true}'
-    assert with_stream(b'{"stream":false,"x":"\\u00e9"}', stream=True) == (
-        b'{"stream":true,"x":"\\u00e9"}'
-    )
-    assert with_stream(b'{"x":1e2, "stream":true}', stream=False) == b'{"x":1e2}'
-    assert with_stream(b'{"x":1}', stream=False) == b'{"x":1}'
-    for broken in (b"[]", b"", b'{"a":1} 2', b"\xff"):
-        with pytest.raises(DecodeError, match="not a JSON object"):
-            with_stream(broken, stream=True)
 
 
 def test_betas_and_a_trailing_slash(server: ReplayServer) -> None:

@@ -29,12 +29,12 @@ from convstore.adapters.http import (
     StreamInterrupted,
     Timeouts,
 )
-from convstore.adapters.openai.client import OpenAIClient, with_stream
+from convstore.adapters.openai.client import OpenAIClient
 from convstore.adapters.openai.context import RequestContext
 from convstore.adapters.openai.decode import detect_and_decode
 from convstore.adapters.providers import adapter
 from convstore.domain.conversation import parse_conversation_id
-from convstore.domain.errors import ConfigurationError, ConvstoreError, DecodeError
+from convstore.domain.errors import ConfigurationError, ConvstoreError
 from convstore.domain.events import Event, ResponseEnded
 from convstore.storage import open_store
 from tests.replay_server import EXAMPLES, WIRE, Capture, ReplayServer, Reply, captures, free_port
@@ -189,20 +189,6 @@ def test_stream_true_is_inserted_keeping_every_byte(
     server.enqueue(Reply.of(capture))
     stream_all(client, original)
     assert server.requests[0].body == b'{"stream":true,' + original[1:]
-
-
-def test_with_stream() -> None:
-    assert with_stream(b" {}", stream=True) == b' {"stream":true}'
-    assert with_stream(b'{"a": 1.50}', stream=True) == b'{"stream":true,"a": 1.50}'
-    assert with_stream(b'{"stream": true}', stream=True) == b'{"stream": true}'
-    assert with_stream(b'{"stream":false,"x":"\\u00e9"}', stream=True) == (
-        b'{"stream":true,"x":"\\u00e9"}'
-    )
-    assert with_stream(b'{"x":1e2, "stream":true}', stream=False) == b'{"x":1e2}'
-    assert with_stream(b'{"x":1}', stream=False) == b'{"x":1}'
-    for broken in (b"[]", b"", b'{"a":1} 2', b"\xff"):
-        with pytest.raises(DecodeError, match="OpenAI request body is not a JSON object"):
-            with_stream(broken, stream=True)
 
 
 def test_a_trailing_slash_and_the_default_url(server: ReplayServer) -> None:

@@ -24,8 +24,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Final
 
-import msgspec
-
+from convstore.adapters.bodies import with_stream
 from convstore.adapters.http import (
     DEFAULT_MAX_BODY_BYTES,
     HTTPStream,
@@ -34,18 +33,13 @@ from convstore.adapters.http import (
     Transport,
     api_key_from_env,
 )
-from convstore.domain.errors import ConfigurationError, DecodeError
+from convstore.domain.errors import ConfigurationError
 
 __all__ = ["API_KEY_VARIABLE", "API_VERSION", "DEFAULT_BASE_URL", "AnthropicClient"]
 
 DEFAULT_BASE_URL: Final = "https://api.anthropic.com"
 API_VERSION: Final = "2023-06-01"
 API_KEY_VARIABLE: Final = "ANTHROPIC_API_KEY"
-
-_FIELDS = msgspec.json.Decoder(dict[str, msgspec.Raw])
-_encode = msgspec.json.Encoder().encode
-_TRUE: Final = b"true"
-_WHITESPACE: Final = b" \t\r\n"
 
 
 class AnthropicClient:
@@ -99,7 +93,7 @@ class AnthropicClient:
         with self._transport.post_stream(
             self._url,
             headers={**self._headers, "accept": "text/event-stream", **_JSON},
-            body=with_stream(body, stream=True),
+            body=with_stream(body, stream=True, provider="Anthropic"),
         ) as stream:
             yield stream
 
@@ -112,7 +106,7 @@ class AnthropicClient:
         return self._transport.post(
             self._url,
             headers={**self._headers, "accept": "application/json", **_JSON},
-            body=with_stream(body, stream=False),
+            body=with_stream(body, stream=False, provider="Anthropic"),
         )
 
     @property
@@ -121,31 +115,3 @@ class AnthropicClient:
 
 
 _JSON: Final = {"content-type": "application/json"}
-
-
-def with_stream(body: bytes, *, stream: bool) -> bytes:
-    """The request body with its `stream` field as asked; every other value keeps its bytes.
-
-    `stream=True`: a body without the field gets `"stream":true` inserted after its `{`
-    (the rest byte-identical); one with another value is re-encoded with `true`.
-    `stream=False`: a body whose `stream` is `true` is re-encoded without it. Re-encoding
-    keeps each value's bytes exactly (only the whitespace between fields changes).
-    """
-    try:
-        fields = _FIELDS.decode(body)
-    except (msgspec.DecodeError, RecursionError) as error:
-        raise DecodeError(f"the Anthropic request body is not a JSON object: {error}") from None
-    current = fields.get("stream")
-    streams = current is not None and bytes(current) == _TRUE
-    if streams == stream:
-        return body
-    if stream and current is None:
-        start = len(body) - len(body.lstrip(_WHITESPACE))
-        rest = body[start + 1 :]
-        separator = b"," if rest.lstrip(_WHITESPACE)[:1] != b"}" else b""
-        return body[: start + 1] + b'"stream":true' + separator + rest
-    if stream:
-        fields["stream"] = msgspec.Raw(_TRUE)
-    else:
-        del fields["stream"]
-    return _encode(fields)

@@ -25,8 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Final
 
-import msgspec
-
+from convstore.adapters.bodies import with_stream
 from convstore.adapters.http import (
     DEFAULT_MAX_BODY_BYTES,
     HTTPStream,
@@ -36,16 +35,12 @@ from convstore.adapters.http import (
     api_key_from_env,
 )
 from convstore.adapters.openai.config import DEFAULT_BASE_URL
-from convstore.domain.errors import ConfigurationError, DecodeError
+from convstore.domain.errors import ConfigurationError
 
-__all__ = ["API_KEY_VARIABLE", "DEFAULT_BASE_URL", "OpenAIClient", "with_stream"]
+__all__ = ["API_KEY_VARIABLE", "DEFAULT_BASE_URL", "OpenAIClient"]
 
 API_KEY_VARIABLE: Final = "OPENAI_API_KEY"
 _JSON: Final = {"content-type": "application/json"}
-_FIELDS = msgspec.json.Decoder(dict[str, msgspec.Raw])
-_encode = msgspec.json.Encoder().encode
-_TRUE: Final = b"true"
-_WHITESPACE: Final = b" \t\r\n"
 
 
 class OpenAIClient:
@@ -96,7 +91,7 @@ class OpenAIClient:
         with self._transport.post_stream(
             self._url,
             headers={**self._headers, "accept": "text/event-stream", **_JSON},
-            body=with_stream(body, stream=True),
+            body=with_stream(body, stream=True, provider="OpenAI"),
         ) as stream:
             yield stream
 
@@ -109,37 +104,9 @@ class OpenAIClient:
         return self._transport.post(
             self._url,
             headers={**self._headers, "accept": "application/json", **_JSON},
-            body=with_stream(body, stream=False),
+            body=with_stream(body, stream=False, provider="OpenAI"),
         )
 
     @property
     def _url(self) -> str:
         return f"{self.base_url}/responses"
-
-
-def with_stream(body: bytes, *, stream: bool) -> bytes:
-    """The request body with its `stream` field as asked; every other value keeps its bytes.
-
-    `stream=True`: a body without the field gets `"stream":true` inserted after its `{`
-    (the rest byte-identical); one with another value is re-encoded with `true`.
-    `stream=False`: a body whose `stream` is `true` is re-encoded without it. Re-encoding
-    keeps each value's bytes exactly (only the whitespace between fields changes).
-    """
-    try:
-        fields = _FIELDS.decode(body)
-    except (msgspec.DecodeError, RecursionError) as error:
-        raise DecodeError(f"the OpenAI request body is not a JSON object: {error}") from None
-    current = fields.get("stream")
-    streams = current is not None and bytes(current) == _TRUE
-    if streams == stream:
-        return body
-    if stream and current is None:
-        start = len(body) - len(body.lstrip(_WHITESPACE))
-        rest = body[start + 1 :]
-        separator = b"," if rest.lstrip(_WHITESPACE)[:1] != b"}" else b""
-        return body[: start + 1] + b'"stream":true' + separator + rest
-    if stream:
-        fields["stream"] = msgspec.Raw(_TRUE)
-    else:
-        del fields["stream"]
-    return _encode(fields)
