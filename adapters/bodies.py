@@ -18,6 +18,20 @@ _TRUE: Final = b"true"
 _WHITESPACE: Final = b" \t\r\n"
 
 
+def require_utf8(body: bytes, *, what: str) -> None:
+    """Raise DecodeError unless `body` is UTF-8 (JSON's only encoding on the wire).
+
+    Raw slices of a body are kept as payloads, and a payload must be UTF-8: checking the
+    whole body once here turns a bad byte into a clear error before any draft is made.
+    """
+    if body.isascii():
+        return
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise DecodeError(f"{what} is not UTF-8 (byte {error.start}: {error.reason})") from None
+
+
 def with_stream(body: bytes, *, stream: bool, provider: str = "provider") -> bytes:
     """The request body with its `stream` field as asked; every other value keeps its bytes.
 

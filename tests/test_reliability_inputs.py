@@ -164,39 +164,8 @@ def _duplicated(body: bytes) -> bytes:
     )
 
 
-ANTHROPIC_UTF8_BUG = (
-    "anthropic decode_message: invalid UTF-8 inside a whole content block lets "
-    "msgspec.DecodeError('Invalid UTF-8 encoded string') escape from "
-    "response.whole_blocks instead of a convstore DecodeError"
-)
-OPENAI_UTF8_BUG = (
-    "openai decode_message: an output item holding invalid UTF-8 becomes a draft whose "
-    "payload the aggregate refuses (InvalidPayload: output_item payload is not UTF-8) "
-    "instead of a DecodeError or an accepted draft"
-)
-GOOGLE_DEPTH_BUG = (
-    "google decode_array: a top-level JSON array nested 100,000 deep raises RecursionError "
-    "from array.ArrayReader._drain (msgspec decode of an element) instead of DecodeError"
-)
-KNOWN_BUGS: dict[str, str] = {
-    "anthropic-json0-invalid-utf8": ANTHROPIC_UTF8_BUG,
-    "anthropic-json2-invalid-utf8": ANTHROPIC_UTF8_BUG,
-    "anthropic-json0-overlong-utf8": ANTHROPIC_UTF8_BUG,
-    "anthropic-json2-overlong-utf8": ANTHROPIC_UTF8_BUG,
-    "openai-json0-invalid-utf8": OPENAI_UTF8_BUG,
-    "openai-json1-invalid-utf8": OPENAI_UTF8_BUG,
-    "openai-json0-overlong-utf8": OPENAI_UTF8_BUG,
-    "openai-json1-overlong-utf8": OPENAI_UTF8_BUG,
-    "google-json-deep-array": GOOGLE_DEPTH_BUG,
-    "google-json-deep-unclosed": GOOGLE_DEPTH_BUG,
-}
-"""Cases that expose real bugs (library code is left alone): strict xfails."""
-
-
 def _case(provider: str, body: bytes, case_id: str) -> Any:
-    reason = KNOWN_BUGS.get(case_id)
-    marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-    return pytest.param(provider, body, id=case_id, marks=marks)
+    return pytest.param(provider, body, id=case_id)
 
 
 def _hostile_bodies() -> list[Any]:
@@ -244,7 +213,7 @@ def test_hostile_json_is_decoded_or_refused_with_a_decode_error(provider: str, b
     [
         "anthropic",
         "openai",
-        pytest.param("google", marks=pytest.mark.xfail(strict=True, reason=GOOGLE_DEPTH_BUG)),
+        "google",
     ],
 )
 def test_deeply_nested_body_without_status_raises_decode_error(provider: str) -> None:

@@ -31,6 +31,7 @@ from convstore.adapters.anthropic.response import (
     whole_blocks,
 )
 from convstore.adapters.anthropic.stream import StreamDecoder
+from convstore.adapters.bodies import require_utf8
 from convstore.adapters.sse import SSEDecodeError, SSEFramer
 from convstore.domain.errors import DecodeError
 from convstore.domain.events import Event
@@ -82,6 +83,7 @@ def decode_message(
 ) -> list[Event]:
     """Drafts of a non-streamed Messages API response body, or of an HTTP error body."""
     context = request or RequestContext()
+    require_utf8(body, what="the Anthropic response body")
     try:
         fields = _FIELDS.decode(body)
     except (msgspec.DecodeError, RecursionError) as error:

@@ -119,6 +119,8 @@ class ArrayReader:
                 return None  # nothing new that could end an element
         try:
             _RAW.decode(bytes(buffer[at:]))
+        except RecursionError:
+            raise MalformedArray("malformed array element: nested too deeply") from None
         except msgspec.DecodeError as error:
             message = str(error)
             found = _TRAILING.search(message)

@@ -22,6 +22,7 @@ from typing import Final
 
 import msgspec
 
+from convstore.adapters.bodies import require_utf8
 from convstore.adapters.openai.context import RequestContext
 from convstore.adapters.openai.response import (
     INCOMPLETE_REASONS,
@@ -84,6 +85,7 @@ def decode_message(
 ) -> list[Event]:
     """Drafts of a non-streamed Responses API body (a response object or an error body)."""
     context = request or RequestContext()
+    require_utf8(body, what="the OpenAI response body")
     try:
         fields = _FIELDS.decode(body)
     except (msgspec.DecodeError, RecursionError) as error:
