@@ -12,12 +12,13 @@ import importlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import msgspec
 
 from convstore.domain.errors import ConfigurationError
 from convstore.domain.events import Event
+from convstore.domain.vocabulary import ProviderPayload
 
 
 class Loss(msgspec.Struct, frozen=True, kw_only=True):
@@ -42,6 +43,35 @@ class MessageDrafts(msgspec.Struct, frozen=True, kw_only=True):
     """`user` (user text, context, tool results) or `assistant` (a response of origin
     `request`: ResponseStarted … ResponseEnded)."""
     drafts: tuple[Event, ...]
+
+
+@dataclass(slots=True)
+class DeclaredTool:
+    """A tool of a request's `tools`: its name, native type, declaration, and whether the
+    provider runs it."""
+
+    name: str
+    """A function's name, or a hosted tool's activity name (`web_search`, `mcp:<label>`)."""
+    type: str
+    """The native type (`web_search_20250305`, `function`, …; empty for a plain tool)."""
+    value: Any
+    """The native declaration (`msgspec.Raw` or builtins)."""
+    hosted: bool
+
+
+class _TypeOnly(msgspec.Struct):
+    type: str = ""
+
+
+_TYPE_ONLY: Final = msgspec.json.Decoder(_TypeOnly)
+
+
+def payload_type(payload: ProviderPayload) -> str:
+    """The `type` field of a payload's JSON object (empty when it has none)."""
+    try:
+        return _TYPE_ONLY.decode(payload.raw).type
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return ""
 
 
 class EncodedRequest(Protocol):

@@ -79,7 +79,7 @@ from convstore.adapters.anthropic.config import (
     validate_hosted_tools,
 )
 from convstore.adapters.anthropic.context import PROVIDER, TOOL_ALIASES, is_hosted_tool_type
-from convstore.adapters.providers import Loss
+from convstore.adapters.providers import DeclaredTool, Loss, payload_type
 from convstore.domain.errors import ConfigurationError
 from convstore.domain.events import (
     AssistantText,
@@ -501,7 +501,7 @@ class _MessageBuilder:
             self.lose(event, "reasoning", f"{what} without a signature (cut short) left out")
             return
         if self.replayable(event, event.payload, "reasoning"):
-            self.emit("assistant", _type_of(event.payload), event.payload.value)
+            self.emit("assistant", payload_type(event.payload), event.payload.value)
 
     def tool_call(self, event: ToolCallRequested) -> None:
         payload = event.payload
@@ -544,7 +544,7 @@ class _MessageBuilder:
         if not replay or event.payload is None:
             return
         if event.state != "abandoned":  # the call block, then the result block
-            self.emit("assistant", _type_of(event.payload), event.payload.value)
+            self.emit("assistant", payload_type(event.payload), event.payload.value)
 
     def decide(self, event: HostedActivity) -> bool:
         """Whether an activity's blocks are replayed: both, or the call alone when pending."""
@@ -591,13 +591,13 @@ class _MessageBuilder:
         if payload.format in _NOT_CONTENT:
             return
         if payload.format == USER_CONTENT_BLOCK:
-            self.emit("user", _type_of(payload), payload.value)
+            self.emit("user", payload_type(payload), payload.value)
             return
         if event.response_id is None:
             self.lose(event, "unknown_artifact", f"{payload.format} outside a response left out")
             return
         if self.replayable(event, payload, "unknown_artifact"):
-            self.emit("assistant", _type_of(payload), payload.value)
+            self.emit("assistant", payload_type(payload), payload.value)
 
 
 _TOOL_ID: Final = re.compile(r"[A-Za-z0-9_-]{1,256}")
@@ -615,33 +615,7 @@ _HANDLERS: Final[Mapping[type[Event], Any]] = {
 }
 
 
-class _TypeOnly(msgspec.Struct):
-    type: str = ""
-
-
-_TYPE: Final = msgspec.json.Decoder(_TypeOnly)
-
-
-def _type_of(payload: ProviderPayload) -> str:
-    try:
-        return _TYPE.decode(payload.raw).type
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return ""
-
-
 # --- settings --------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class DeclaredTool:
-    """A tool of the request's `tools`: its name, native type, declaration, and whether the
-    provider runs it."""
-
-    name: str
-    type: str
-    """The native type (`web_search_20250305`; `custom` or empty for a client tool)."""
-    value: Any
-    hosted: bool
 
 
 class _Settings:

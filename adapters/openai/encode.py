@@ -101,7 +101,7 @@ from convstore.adapters.openai.config import (
     validate_hosted_tools,
 )
 from convstore.adapters.openai.context import CLIENT_TOOL_NAMES, PROVIDER, hosted_name_of
-from convstore.adapters.providers import Loss
+from convstore.adapters.providers import DeclaredTool, Loss, payload_type
 from convstore.domain.errors import ConfigurationError
 from convstore.domain.events import (
     AssistantText,
@@ -327,7 +327,7 @@ class _Scan:
             if isinstance(payload, ProviderPayload) and payload.provider == PROVIDER:
                 response.bound.append((event, payload))
                 if isinstance(event, ToolCallRequested):
-                    self.calls[event.call_id] = _type_of(payload)
+                    self.calls[event.call_id] = payload_type(payload)
 
     def end_state(self, response_id: str | None) -> str:
         """`completed`, `failed`, `abandoned`, or `open` (no ResponseEnded yet)."""
@@ -735,35 +735,7 @@ _HANDLERS: Final[Mapping[type[Event], Any]] = {
 }
 
 
-class _TypeOnly(msgspec.Struct):
-    type: str = ""
-
-
-_TYPE: Final = msgspec.json.Decoder(_TypeOnly)
-
-
-def _type_of(payload: ProviderPayload) -> str:
-    try:
-        return _TYPE.decode(payload.raw).type
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return ""
-
-
 # --- settings --------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class DeclaredTool:
-    """A tool of the request's `tools`: its name, native type, declaration, and whether the
-    provider runs it."""
-
-    name: str
-    """A function's name; a hosted tool's activity name (`web_search`, `mcp:<label>`); a
-    typed client tool's name (`computer`)."""
-    type: str
-    """The native type (`function`, `web_search_preview`, `computer_use_preview`, …)."""
-    value: Any
-    hosted: bool
 
 
 def _declared_tool(raw: Any) -> DeclaredTool | None:
