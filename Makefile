@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PKGS   := -p convstore.domain -p convstore.adapters -p convstore.projections -p convstore.storage
 
-.PHONY: install test lint demo bench clean
+.PHONY: install test lint soak scale demo bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,14 @@ lint: install
 
 test: lint
 	$(BIN)/pytest
+
+# The slow reliability scenarios (kill -9 loops, full-size concurrency); .ci/run runs them too.
+soak: install
+	$(BIN)/pytest -m soak
+
+# A million events on PostgreSQL with eight writers and the followers; prints a table of figures.
+scale: install
+	$(BIN)/python -m benchmarks.scale
 
 demo: install
 	rm -rf .demo && mkdir -p .demo
