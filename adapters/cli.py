@@ -705,24 +705,33 @@ def _search_arguments(parser: argparse.ArgumentParser) -> None:
         "query", help='words (all of them), "a phrase", -word, a OR b, prefix*, NEAR(a b, N)'
     )
     parser.add_argument("--limit", type=_positive, default=20, help="show at most N hits (20)")
+    parser.add_argument(
+        "--no-catch-up",
+        dest="catch_up",
+        action="store_false",
+        help="search the index as it stands, without indexing newer events first",
+    )
     _json_flag(parser)
 
 
 @command("search", "full-text search over every conversation", _search_arguments)
 def search_command(args: argparse.Namespace, session: Session) -> int:
-    """Brings the index up to the log's head, then prints the best hits: conversation, turn,
-    version, kind, and a snippet with the matches in [ ]."""
+    """Brings the index up to the log's head (unless `--no-catch-up`: then says how far
+    behind it is), then prints the best hits: conversation, turn, version, kind, and a
+    snippet with the matches in [ ]."""
     from convstore.projections import search
 
     search.parse_query(args.query)  # a query with nothing to search for fails before indexing
-    progress = _Progress(session.err, "indexing")
-    try:
-        with _LogLines(session.err):
-            search.follower(session.store).catch_up(
-                progress=lambda done, left: progress("events", done, done + left)
-            )
-    finally:
-        progress.clear()
+    keeper = search.follower(session.store)
+    if args.catch_up:
+        progress = _Progress(session.err, "indexing")
+        try:
+            with _LogLines(session.err):
+                keeper.catch_up(progress=lambda done, left: progress("events", done, done + left))
+        finally:
+            progress.clear()
+    elif lag := keeper.lag():
+        session.err.line(f"the index is {lag} events behind the log (`convstore project`)")
     hits = search.search(session.store, args.query, args.limit, catch_up=False)
     if args.json:
         session.out.json_array(msgspec.to_builtins(hit) for hit in hits)

@@ -703,6 +703,26 @@ def test_search_reindex_project_commands(
     assert code == 0 and out.startswith("search: 0 events")
 
 
+def test_search_without_catch_up_reads_the_index_as_it_stands(
+    store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with open_store(store_url) as store:
+        writer = Writer(store)
+        writer.start(1)
+        writer.user(0, "gyokuro first")
+        code, out, err = _cli(capsys, "--db", store_url, "search", "gyokuro")
+        assert code == 0 and "user" in out, err
+        writer.user(0, "sencha later")
+        head = store.recorder.max_notification_id()
+        code, out, err = _cli(capsys, "--db", store_url, "search", "sencha", "--no-catch-up")
+        assert code == 0 and out == ""
+        assert "events behind the log" in err and "no matches" in err
+        assert search.follower(store).position() != head  # nothing was indexed
+        code, out, err = _cli(capsys, "--db", store_url, "search", "sencha")
+        assert code == 0 and "user" in out and "behind" not in err
+        assert search.follower(store).position() == head
+
+
 def test_project_follow_runs_as_a_worker_until_interrupted(store_url: str) -> None:
     import signal
 
