@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from convstore.adapters import recording, render, transcript
+from convstore.adapters.config import load_config, lookup
 from convstore.adapters.providers import PROVIDERS
 from convstore.adapters.render import Renderer, TextStream
 from convstore.domain import (
@@ -49,24 +50,35 @@ if TYPE_CHECKING:
 PROG = "convstore"
 ENV_URL = "CONVSTORE_URL"
 ENV_DEBUG = "CONVSTORE_DEBUG"
+MAX_EVENT_BYTES = "limits.max_event_bytes"
+"""The configuration key of the largest event a store accepts (DESIGN.md)."""
 
 
 class Session:
     """What a command runs with: the two renderers, and the store opened on first use."""
 
-    def __init__(self, url: str | None, out: Renderer, err: Renderer) -> None:
+    def __init__(
+        self, url: str | None, out: Renderer, err: Renderer, cfg: Sequence[str] = ()
+    ) -> None:
         self.url = url
         self.out = out
         self.err = err
+        self.cfg = cfg
         self._store: Store | None = None
 
     @property
     def store(self) -> Store:
-        """The store at `--db` (opened once, on first use)."""
+        """The store at `--db` (opened once, on first use), with the configured limits."""
         if self._store is None:
             from convstore.storage import open_store  # here: `--help` needs no database
+            from convstore.storage.mapper import DEFAULT_MAX_EVENT_BYTES
 
-            self._store = open_store(self.url)
+            limit = lookup(load_config(list(self.cfg)), MAX_EVENT_BYTES, DEFAULT_MAX_EVENT_BYTES)
+            if type(limit) is not int or limit < 1:
+                raise ConfigurationError(
+                    f"{MAX_EVENT_BYTES} must be a positive number of bytes, not {limit!r}"
+                )
+            self._store = open_store(self.url, max_event_bytes=limit)
         return self._store
 
     @property
@@ -208,6 +220,7 @@ def _ingest_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="response bodies (SSE or JSON), ingested in order",
     )
+    _cfg_flag(parser)
     _json_flag(parser)
 
 
@@ -858,7 +871,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exit_:  # usage errors (2) and --help (0), already printed
         status = exit_.code
         return status if isinstance(status, int) else (0 if status is None else 2)
-    session = Session(args.db or os.environ.get(ENV_URL) or None, out, err)
+    session = Session(
+        args.db or os.environ.get(ENV_URL) or None, out, err, getattr(args, "cfg", ())
+    )
     try:
         code: int = args.run(args, session)
         out.flush()

@@ -328,6 +328,33 @@ def test_a_stream_cut_short_exits_3_abandoned(
     assert end.state == "abandoned"
 
 
+def test_the_configured_event_limit_ends_the_response_failed_too_large(
+    capsys: pytest.CaptureFixture[str], url: str
+) -> None:
+    request, response = exchange("web_search_citations", 1)
+    limit = "limits.max_event_bytes=4000"  # the encrypted search results are larger
+    code, data, _ = ingest(capsys, url, "--cfg", limit, "--request", request, response)
+    assert code == 3
+    assert [r["ended"] for r in data["responses"]] == ["failed"]
+    events = stored(url, data["conversation_id"])
+    [end] = [e for e in events if isinstance(e, ResponseEnded)]
+    assert (end.state, end.finish_reason) == ("failed", "error")
+    assert end.error is not None and end.error.type == "too_large"
+    assert any(isinstance(e, AssistantText) for e in events)  # what came before is kept
+    code, _, err = run(
+        capsys,
+        "--db",
+        url,
+        "ingest",
+        "--provider",
+        "anthropic",
+        "--cfg",
+        "limits.max_event_bytes=0",
+        response,
+    )
+    assert code == 2 and "limits.max_event_bytes must be a positive number" in err
+
+
 def test_an_http_error_body_exits_3_failed(capsys: pytest.CaptureFixture[str], url: str) -> None:
     request, response = exchange("errors", 2)
     code, data, _ = ingest(capsys, url, "--request", request, response)
