@@ -1,0 +1,107 @@
+"""The command line: `convstore [--db URL] COMMAND [ARGS]`.
+
+Thin by design: each command is one function that calls the library and hands lines to a
+`Renderer`, registered in `COMMANDS` by the `command` decorator; every byte written to
+stdout and stderr (argparse's usage and errors included) is sanitized on the way.
+
+Exit codes: 0 success; 2 a usage error or a `ConvstoreError` (one line on stderr, no
+traceback); 1 anything unexpected (a short line; `CONVSTORE_DEBUG=1` adds the sanitized
+traceback); 5 `verify` found a changed, removed or reordered event (`audit`: stored events
+that cannot be read); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+
+from convstore.adapters import render
+from convstore.adapters.cli import conversations, index, integrity, record
+from convstore.adapters.cli.registry import COMMANDS, ENV_DEBUG, ENV_URL, PROG, Command, Session
+from convstore.adapters.render import Renderer, TextStream
+from convstore.domain.errors import ConvstoreError
+
+COMMAND_MODULES = (conversations, record, integrity, index)
+"""The modules whose `@command` functions make the subcommands, in `--help` order."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage, help and error text go through the renderer."""
+
+    def _print_message(self, message: str, file: TextStream | None = None) -> None:
+        if message:
+            Renderer(file or sys.stderr).write(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser, with one subparser per registered command."""
+    parser = _Parser(prog=PROG, description="An event-sourced store for LLM conversations.")
+    db_help = f"the store: a path, sqlite:///…, postgresql://… (default: ${ENV_URL}, then a file"
+    db_help += " in the user data folder)"
+    parser.add_argument("--db", metavar="URL", default=None, help=db_help)
+    # `--db` is accepted after the command too; SUPPRESS keeps the global value if absent.
+    common = _Parser(add_help=False)
+    common.add_argument("--db", metavar="URL", default=argparse.SUPPRESS, help=db_help)
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    modules = [module.__name__ for module in COMMAND_MODULES]
+    in_order = sorted(  # stable: within a module, the order of definition; others last
+        COMMANDS.values(),
+        key=lambda spec: (
+            modules.index(spec.run.__module__) if spec.run.__module__ in modules else len(modules)
+        ),
+    )
+    for spec in in_order:
+        sub = subparsers.add_parser(
+            spec.name, help=spec.help, description=spec.help, parents=[common]
+        )
+        spec.arguments(sub)
+        sub.set_defaults(run=spec.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit code."""
+    out, err = Renderer(sys.stdout), Renderer(sys.stderr)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exit_:  # usage errors (2) and --help (0), already printed
+        status = exit_.code
+        return status if isinstance(status, int) else (0 if status is None else 2)
+    session = Session(
+        args.db or os.environ.get(ENV_URL) or None, out, err, getattr(args, "cfg", ())
+    )
+    try:
+        code: int = args.run(args, session)
+        out.flush()
+        return code
+    except ConvstoreError as error:
+        err.line(f"{PROG}: error: {render.one_line(str(error))}")
+        return 2
+    except KeyboardInterrupt:
+        err.line(f"{PROG}: interrupted")
+        return 130
+    except BrokenPipeError:
+        _silence_stdout()  # the reader went away (`convstore list | head`)
+        return 1
+    except Exception as error:
+        if os.environ.get(ENV_DEBUG):
+            err.write(traceback.format_exc())
+        detail = render.shorten(str(error), 300)
+        err.line(f"{PROG}: internal error: {type(error).__name__}: {detail}")
+        return 1
+    finally:
+        session.close()
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+__all__ = ["COMMANDS", "Command", "Session", "build_parser", "main"]

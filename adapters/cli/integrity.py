@@ -1,0 +1,168 @@
+"""Checking a store: `audit`, `verify`, `anchor`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from convstore.adapters import render
+from convstore.adapters.cli.registry import (
+    PROG,
+    Progress,
+    Session,
+    all_summaries,
+    command,
+    json_flag,
+    read_file,
+)
+from convstore.domain import parse_conversation_id
+from convstore.domain.errors import ConfigurationError, IntegrityError
+
+EXIT_BROKEN = 5
+"""`verify` found a changed, removed or reordered event (or `audit` met stored events that
+cannot be read): a distinct code, so scripts can tell tampering from usage errors (2),
+interrupted responses (3) and conflicts (4)."""
+
+
+def _audit_arguments(parser: argparse.ArgumentParser) -> None:
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("id", nargs="?", help="the conversation's id")
+    which.add_argument("--all", action="store_true", help="every conversation, oldest first")
+    json_flag(parser)
+
+
+@command(
+    "audit", "report hosted work, spend, tool calls, payloads and chain heads", _audit_arguments
+)
+def audit_command(args: argparse.Namespace, session: Session) -> int:
+    """Per conversation and turn: hosted activity lifecycles, orphaned tool calls, hosted
+    counts beside the provider's counters, responses, the payload inventory (metadata only)
+    and the chain head. Exit 0; 5 when stored events cannot be read (run `verify`)."""
+    from convstore.projections import audit
+
+    service = session.service
+    if args.id is not None:
+        ids = [parse_conversation_id(args.id)]
+    else:
+        ids = [s.id for s in all_summaries(service)]
+    progress = Progress(session.err, "audit") if args.all else None
+    unreadable = 0
+
+    def reports() -> Iterator[audit.ConversationAudit]:
+        nonlocal unreadable
+        for position, conversation in enumerate(ids, 1):
+            try:
+                yield audit.audit(service.events(conversation))
+            except IntegrityError as error:
+                unreadable += 1
+                if progress is not None:
+                    progress.clear()
+                session.err.line(
+                    f"{PROG}: conversation {conversation} cannot be read: "
+                    f"{render.one_line(str(error))} (see `{PROG} verify`)"
+                )
+            if progress is not None:
+                progress("conversations", position, len(ids))
+
+    try:
+        if args.json and args.id is not None:
+            for report in reports():
+                session.out.json(audit.to_data(report))
+        elif args.json:
+            session.out.json_array(audit.to_data(report) for report in reports())
+        else:
+            for position, report in enumerate(reports()):
+                if progress is not None:
+                    progress.clear()
+                if position:
+                    session.out.line()
+                session.out.lines(audit.audit_lines(report))
+    finally:
+        if progress is not None:
+            progress.clear()
+    return EXIT_BROKEN if unreadable else 0
+
+
+def _verify_arguments(parser: argparse.ArgumentParser) -> None:
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("id", nargs="?", help="one conversation's id (default: all)")
+    which.add_argument("--all", action="store_true", help="every conversation (the default)")
+    parser.add_argument(
+        "--anchor",
+        type=Path,
+        metavar="FILE",
+        help="also compare with the chain heads `convstore anchor` exported earlier",
+    )
+    json_flag(parser)
+
+
+@command(
+    "verify",
+    "check the stored hash chains for changed, removed or moved events (exit 5 if any)",
+    _verify_arguments,
+)
+def verify_command(args: argparse.Namespace, session: Session) -> int:
+    """Walk each conversation's chain in the stored bytes; list every break by conversation
+    and version. Exit 0 when intact, 5 when anything is broken."""
+    from convstore.projections import verify
+
+    anchors = None
+    if args.anchor is not None:
+        anchors = verify.parse_anchors(read_file(args.anchor), source=str(args.anchor))
+    conversation = parse_conversation_id(args.id) if args.id is not None else None
+    progress = Progress(session.err, "verify") if conversation is None else None
+    try:
+        report = verify.verify(session.store, conversation, anchors=anchors, progress=progress)
+    finally:
+        if progress is not None:
+            progress.clear()
+    if args.json:
+        session.out.json(verify.to_data(report))
+    else:
+        session.out.lines(verify.verify_lines(report))
+    return 0 if report.intact else EXIT_BROKEN
+
+
+def _anchor_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-o", "--output", type=Path, metavar="FILE", help="write the anchor file here"
+    )
+    json_flag(parser)
+
+
+@command(
+    "anchor", "export every conversation's chain head, for `verify --anchor`", _anchor_arguments
+)
+def anchor_command(args: argparse.Namespace, session: Session) -> int:
+    """Without `-o`, stdout is the anchor file itself (JSON); with it, the file is written
+    (replaced atomically) and a summary printed. Keep it where the store's writers cannot
+    change it."""
+    from convstore.projections import verify
+
+    progress = Progress(session.err, "anchor")
+    try:
+        anchors = verify.export_anchors(session.store, progress=progress)
+    finally:
+        progress.clear()
+    data = verify.dump_anchors(anchors)
+    if args.output is None:
+        session.out.write(data.decode("ascii"))
+        return 0
+    _write_atomically(args.output, data)
+    if args.json:
+        session.out.json({"file": str(args.output), "conversations": len(anchors)})
+    else:
+        session.out.line(f"{len(anchors)} chain heads written to {args.output}")
+    return 0
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_bytes(data)
+        os.replace(temporary, path)
+    except OSError as error:
+        temporary.unlink(missing_ok=True)
+        raise ConfigurationError(f"cannot write {path}: {error.strerror}") from None

@@ -1,0 +1,202 @@
+"""Talking in a provider's wire format: `ingest`, `replay`, `ask`, `repair`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import msgspec
+
+from convstore.adapters import recording, render, transcript
+from convstore.adapters.cli.registry import (
+    PROG,
+    Session,
+    cfg_flag,
+    command,
+    json_flag,
+    provider_name,
+    read_file,
+)
+from convstore.domain import AssistantText, ConversationId, ResponseStarted, parse_conversation_id
+
+
+def _ingest_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--provider", type=provider_name, required=True, help="the wire format")
+    parser.add_argument(
+        "--request",
+        type=Path,
+        metavar="REQ",
+        help="the captured request body that produced the first FILE",
+    )
+    parser.add_argument("--conversation", metavar="ID", help="ingest into this conversation")
+    parser.add_argument("--title", help="the title of a new conversation")
+    parser.add_argument(
+        "files",
+        nargs="+",
+        type=Path,
+        metavar="FILE",
+        help="response bodies (SSE or JSON), ingested in order",
+    )
+    cfg_flag(parser)
+    json_flag(parser)
+
+
+@command("ingest", "record captured response bodies into a conversation", _ingest_arguments)
+def ingest(args: argparse.Namespace, session: Session) -> int:
+    """Exit 0; 3 when a response ended failed or abandoned; 2 for a file holding no
+    response; 4 for a stored response id with different content."""
+    conversation = parse_conversation_id(args.conversation) if args.conversation else None
+    request = read_file(args.request) if args.request is not None else None
+    report = recording.ingest(
+        session.service,
+        args.provider,
+        args.files,
+        request=request,
+        conversation_id=conversation,
+        title=args.title,
+    )
+    if args.json:
+        data = {
+            "conversation_id": None
+            if report.conversation_id is None
+            else str(report.conversation_id),
+            "responses": [msgspec.to_builtins(outcome) for outcome in report.responses],
+        }
+        if report.error is not None:
+            data["error"] = report.error
+        session.out.json(data)
+    else:
+        if report.conversation_id is not None:
+            session.out.line(f"conversation {report.conversation_id}")
+        if report.history_messages:
+            count = report.history_messages
+            session.out.line(f"  {count} request message{'s' if count != 1 else ''} recorded first")
+        session.out.lines(transcript.outcome_line(outcome) for outcome in report.responses)
+    if report.error is not None:
+        session.err.line(f"{PROG}: error: {render.one_line(report.error)}")
+    return report.exit_code
+
+
+def _replay_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("id", help="the conversation's id")
+    parser.add_argument(
+        "--to",
+        type=provider_name,
+        required=True,
+        dest="provider",
+        help="the provider to continue on",
+    )
+    parser.add_argument("--user", metavar="TEXT", help="append the next user message")
+    parser.add_argument("--model", help="the target model (default: configured or recorded)")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print what the request would leave out, not the request",
+    )
+    cfg_flag(parser)
+    json_flag(parser)
+
+
+@command("replay", "print the native request that continues a conversation", _replay_arguments)
+def replay(args: argparse.Namespace, session: Session) -> int:
+    """The request body as JSON on stdout (never writes to the store); `--dry-run` prints
+    the loss report instead."""
+    request = recording.replay(
+        session.service,
+        parse_conversation_id(args.id),
+        args.provider,
+        cfg=args.cfg,
+        model=args.model,
+        user=args.user,
+    )
+    if not args.dry_run:
+        session.out.json_text(request.to_json().decode())
+    elif args.json:
+        session.out.json([msgspec.to_builtins(loss) for loss in request.losses])
+    elif not request.losses:
+        session.out.line(f"nothing is left out replaying to {args.provider}")
+    else:
+        session.out.lines(transcript.loss_line(loss) for loss in request.losses)
+    return 0
+
+
+def _ask_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("text", help="the question")
+    parser.add_argument(
+        "--provider",
+        type=provider_name,
+        default=None,
+        help="default: the conversation's provider, else anthropic",
+    )
+    parser.add_argument("--conversation", metavar="ID", help="continue this conversation")
+    parser.add_argument("--model", help="the model (default: configured or recorded)")
+    parser.add_argument("--title", help="the title of a new conversation")
+    cfg_flag(parser)
+    json_flag(parser)
+
+
+@command("ask", "ask a provider and record its response as it streams", _ask_arguments)
+def ask(args: argparse.Namespace, session: Session) -> int:
+    """Exit 0, or 3 when the response ended failed or abandoned (what arrived is kept)."""
+    conversation = parse_conversation_id(args.conversation) if args.conversation else None
+    provider = args.provider or _recorded_provider(session, conversation) or "anthropic"
+    report = recording.ask(
+        session.service,
+        provider,
+        args.text,
+        conversation_id=conversation,
+        cfg=args.cfg,
+        model=args.model,
+        title=args.title,
+    )
+    if args.json:
+        session.out.json(
+            {
+                "conversation_id": str(report.conversation_id),
+                "response": msgspec.to_builtins(report.response),
+                "abandoned_activities": report.abandoned,
+            }
+        )
+    else:
+        session.out.line(f"conversation {report.conversation_id}")
+        session.out.line(transcript.outcome_line(report.response))
+        events = session.service.events(report.conversation_id, after=0)
+        answer = [
+            e
+            for e in events
+            if isinstance(e, AssistantText) and e.response_id == report.response.response_id
+        ]
+        session.out.lines(transcript.transcript(answer))
+    return 0 if report.response.ended == "completed" else 3
+
+
+def _recorded_provider(session: Session, conversation: ConversationId | None) -> str | None:
+    if conversation is None:
+        return None
+    providers = [
+        e.provider
+        for e in session.service.events(conversation)
+        if isinstance(e, ResponseStarted) and e.origin == "provider"
+    ]
+    return providers[-1] if providers else None
+
+
+def _repair_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("id", help="the conversation's id")
+    json_flag(parser)
+
+
+@command(
+    "repair", "close an interrupted response and answer orphaned tool calls", _repair_arguments
+)
+def repair(args: argparse.Namespace, session: Session) -> int:
+    """Append the repairs (never rewrites): the open response ends abandoned, every
+    unanswered client tool call gets a synthetic error result."""
+    recorded = session.service.repair(parse_conversation_id(args.id))
+    if args.json:
+        session.out.json_array(transcript.to_data(event) for event in recorded)
+    elif not recorded:
+        session.out.line("nothing to repair")
+    else:
+        session.out.lines(transcript.transcript(recorded))
+    return 0

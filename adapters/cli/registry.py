@@ -1,0 +1,205 @@
+"""What every command is built from: the session, the registry, argument types, and
+the terminal helpers (a progress line, log records on stderr)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from convstore.adapters import render
+from convstore.adapters.config import load_config, lookup
+from convstore.adapters.providers import PROVIDERS
+from convstore.adapters.render import Renderer
+from convstore.domain import ConversationService, ConversationSummary
+from convstore.domain.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from convstore.storage import Store
+
+PROG = "convstore"
+ENV_URL = "CONVSTORE_URL"
+ENV_DEBUG = "CONVSTORE_DEBUG"
+MAX_EVENT_BYTES = "limits.max_event_bytes"
+"""The configuration key of the largest event a store accepts (DESIGN.md)."""
+
+
+class Session:
+    """What a command runs with: the two renderers, and the store opened on first use."""
+
+    def __init__(
+        self, url: str | None, out: Renderer, err: Renderer, cfg: Sequence[str] = ()
+    ) -> None:
+        self.url = url
+        self.out = out
+        self.err = err
+        self.cfg = cfg
+        self._store: Store | None = None
+
+    @property
+    def store(self) -> Store:
+        """The store at `--db` (opened once, on first use), with the configured limits."""
+        if self._store is None:
+            from convstore.storage import open_store  # here: `--help` needs no database
+            from convstore.storage.mapper import DEFAULT_MAX_EVENT_BYTES
+
+            limit = lookup(load_config(list(self.cfg)), MAX_EVENT_BYTES, DEFAULT_MAX_EVENT_BYTES)
+            if type(limit) is not int or limit < 1:
+                raise ConfigurationError(
+                    f"{MAX_EVENT_BYTES} must be a positive number of bytes, not {limit!r}"
+                )
+            self._store = open_store(self.url, max_event_bytes=limit)
+        return self._store
+
+    @property
+    def service(self) -> ConversationService:
+        """The application service of the store at `--db`."""
+        return self.store.service
+
+    def close(self) -> None:
+        """Close the store if a command opened it."""
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+
+Run = Callable[[argparse.Namespace, Session], int]
+
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: its help line, its arguments, and the function that runs it."""
+
+    name: str
+    help: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    run: Run
+
+
+COMMANDS: dict[str, Command] = {}
+"""Every subcommand by name, in the order `--help` lists them."""
+
+
+def command(
+    name: str, help: str, arguments: Callable[[argparse.ArgumentParser], None]
+) -> Callable[[Run], Run]:
+    """Register the decorated function as the subcommand `name`."""
+
+    def register(run: Run) -> Run:
+        COMMANDS[name] = Command(name, help, arguments, run)
+        return run
+
+    return register
+
+
+# --- argument types ---------------------------------------------------------------------------
+
+
+def whole_number(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return value
+
+
+def positive_number(text: str) -> int:
+    value = whole_number(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def json_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+
+
+def provider_name(text: str) -> str:
+    if text not in PROVIDERS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(PROVIDERS)}")
+    return text
+
+
+def cfg_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cfg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE|NAME",
+        help="a configuration override (providers.anthropic.model=…) or a fragment NAME.toml",
+    )
+
+
+class Progress:
+    """`what: phase done/total` on one stderr line, only when stderr is a terminal.
+
+    The line is redrawn in place: the carriage returns are written here, around text that
+    went through the sanitizer.
+    """
+
+    def __init__(self, err: Renderer, what: str) -> None:
+        self.stream = err.stream
+        isatty = getattr(self.stream, "isatty", None)
+        self.enabled = bool(isatty and isatty())
+        self.what = what
+        self.width = 0
+        self.shown_at = 0.0
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        if not self.enabled or (done < total and now - self.shown_at < 0.1):
+            return
+        self.shown_at = now
+        text = render.one_line(f"{self.what}: {phase} {done}/{total}")
+        self.stream.write("\r" + text.ljust(self.width))
+        self.width = max(self.width, len(text))
+
+    def clear(self) -> None:
+        """Remove the progress line."""
+        if self.width:
+            self.stream.write("\r" + " " * self.width + "\r")
+            self.width = 0
+
+
+class LogLines:
+    """Routes `convstore.*` log records (gaps, retries) to stderr through the sanitizer."""
+
+    def __init__(self, err: Renderer) -> None:
+        import logging
+
+        class Handler(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                err.line(f"{PROG}: {render.one_line(record.getMessage())}")
+
+        self.logger = logging.getLogger("convstore")
+        self.handler = Handler(logging.INFO)
+        self.saved = self.logger.level
+
+    def __enter__(self) -> None:
+        self.logger.addHandler(self.handler)
+        if self.logger.level == 0 or self.logger.level > self.handler.level:
+            self.logger.setLevel(self.handler.level)
+
+    def __exit__(self, *exc: object) -> None:
+        self.logger.removeHandler(self.handler)
+        self.logger.setLevel(self.saved)
+
+
+def all_summaries(service: ConversationService) -> Iterator[ConversationSummary]:
+    offset = 0
+    while page := service.list(offset=offset, limit=500):
+        yield from page
+        offset += len(page)
+
+
+def read_file(path: Path) -> bytes:
+    """A file's bytes, or a ConfigurationError naming it."""
+    try:
+        return path.read_bytes()
+    except OSError as error:
+        raise ConfigurationError(f"cannot read {path}: {error.strerror}") from None
