@@ -34,6 +34,13 @@ class Loss(msgspec.Struct, frozen=True, kw_only=True):
     reason: str
 
 
+def iter_losses(losses: Sequence[Loss]) -> Iterator[str]:
+    """One line per loss, for a person."""
+    for loss in losses:
+        where = f"event {loss.version} ({loss.event})" if loss.version else loss.event
+        yield f"{where}: {loss.kind}: {loss.reason}"
+
+
 class MessageDrafts(msgspec.Struct, frozen=True, kw_only=True):
     """The drafts of one message of a captured request."""
 

@@ -62,9 +62,8 @@ tool_choice is never broadened to hosted tools
 from __future__ import annotations
 
 import hashlib
-import html
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -79,15 +78,28 @@ from convstore.adapters.anthropic.config import (
     validate_hosted_tools,
 )
 from convstore.adapters.anthropic.context import PROVIDER, TOOL_ALIASES, is_hosted_tool_type
-from convstore.adapters.providers import DeclaredTool, Loss, payload_type
-from convstore.domain.errors import ConfigurationError
+from convstore.adapters.encoding import (
+    ANY_JSON,
+    ENCODER,
+    NO_SETTINGS,
+    RAW_LIST,
+    ResponseSpan,
+    Scan,
+    context_envelope,
+    event_loss,
+    mismatched_binding,
+    recorded_native,
+    same_dated_model,
+    settings_loss,
+    target_model,
+)
+from convstore.adapters.providers import DeclaredTool, Loss, iter_losses, payload_type
 from convstore.domain.events import (
     AssistantText,
     ContextInjected,
     Event,
     HostedActivity,
     Reasoning,
-    ResponseEnded,
     ResponseStarted,
     ToolCallRequested,
     ToolCallResponded,
@@ -163,13 +175,7 @@ class EncodedRequest:
 
     def to_json(self) -> bytes:
         """The body as JSON, every stored payload embedded byte for byte."""
-        return _ENCODER.encode(self.body)
-
-
-_ENCODER: Final = msgspec.json.Encoder()
-_RAW_FIELDS: Final = msgspec.json.Decoder(dict[str, msgspec.Raw])
-_RAW_LIST: Final = msgspec.json.Decoder(list[msgspec.Raw])
-_ANY: Final = msgspec.json.Decoder()
+        return ENCODER.encode(self.body)
 
 
 # --- public API ------------------------------------------------------------------------------
@@ -219,11 +225,6 @@ def encode_request_bytes(
     return encode_request(events, config=config, model=model, user=user).to_json()
 
 
-def context_envelope(source: str, text: str) -> str:
-    """How ContextInjected reads inside a user message: `<context source="…">…</context>`."""
-    return f'<context source="{html.escape(source, quote=True)}">{text}</context>'
-
-
 _MODEL_PREFIX: Final = re.compile(r"^(?:[a-z]{2,4}\.)?anthropic\.")
 _MODEL_PLATFORM: Final = re.compile(r"-v\d+(?::\d+)?$")
 _MODEL_DATE: Final = re.compile(r"^(.*?)(?:[-@](\d{8}))?(?:-latest)?$")
@@ -242,23 +243,12 @@ def same_model(a: str, b: str) -> bool:
     """True when two model names can denote one model: equal, or the same model named by
     an alias and a snapshot (`claude-sonnet-4-5` ~ `claude-sonnet-4-5-20250929`); two
     different snapshots differ."""
-    if a == b:
-        return True
-    if not a or not b:
-        return False
-    (base_a, date_a), (base_b, date_b) = _model_id(a), _model_id(b)
-    return base_a == base_b and (date_a == date_b or not date_a or not date_b)
+    return same_dated_model(a, b, _model_id)
 
 
 def binding_mismatch(payload: ProviderPayload, model: str) -> str | None:
     """Why `payload`'s binding does not hold for a request to `model` (None: it holds)."""
-    for key, value in payload.binding.items():
-        if key == "model":
-            if value and not same_model(value, model):
-                return f"bound to model {value!r}, not {model!r}"
-        else:
-            return f"bound to {key} {value!r}, which this adapter cannot verify"
-    return None
+    return mismatched_binding(payload, model, same_model)
 
 
 # --- messages --------------------------------------------------------------------------------
@@ -302,44 +292,20 @@ def _append(messages: list[Message], role: str, block: MessageBlock) -> None:
 
 
 @dataclass(slots=True)
-class _Response:
-    started: ResponseStarted
-    ended: ResponseEnded | None = None
+class _Response(ResponseSpan):
     container: str | None = None
 
 
-@dataclass(slots=True)
-class _Activity:
-    started: HostedActivity | None = None
-    terminal: HostedActivity | None = None
-
-
-class _Scan:
-    """What encoding needs to know ahead: how each response ended, each activity's fate."""
+class _Scan(Scan[_Response]):
+    """The shared scan, with the code execution container each response ran in."""
 
     def __init__(self, events: Sequence[Event]) -> None:
-        self.responses: dict[str, _Response] = {}
-        self.activities: dict[str, _Activity] = {}
-        self.newest: ResponseStarted | None = None
-        self.newest_with_settings: ResponseStarted | None = None
+        super().__init__(_Response)
         self.last_response: _Response | None = None
         for event in events:
+            self.note(event)
             if isinstance(event, ResponseStarted):
-                response = self.responses[event.response_id] = _Response(event)
-                self.last_response = response
-                self.newest = event
-                if event.settings != _NO_SETTINGS:
-                    self.newest_with_settings = event
-            elif isinstance(event, ResponseEnded):
-                known = self.responses.get(event.response_id)
-                if known is not None:
-                    known.ended = event
-            elif isinstance(event, HostedActivity):
-                activity = self.activities.setdefault(event.activity_id, _Activity())
-                if event.state == "started":
-                    activity.started = activity.started or event
-                else:
-                    activity.terminal = activity.terminal or event
+                self.last_response = self.responses[event.response_id]
             elif isinstance(event, UnknownArtifact) and event.response_id is not None:
                 self._container(event)
 
@@ -359,21 +325,6 @@ class _Scan:
         elif isinstance(container, str):
             response.container = container
 
-    def end_state(self, response_id: str | None) -> str:
-        """`completed`, `failed`, `abandoned`, or `open` (no ResponseEnded yet)."""
-        response = self.responses.get(response_id or "")
-        if response is None or response.ended is None:
-            return "open"
-        return response.ended.state
-
-    def provider_of(self, response_id: str | None) -> str:
-        response = self.responses.get(response_id or "")
-        return response.started.provider if response is not None else ""
-
-    def model_of(self, response_id: str | None) -> str:
-        response = self.responses.get(response_id or "")
-        return response.started.model if response is not None else ""
-
     def continuation_container(self) -> str | None:
         """The newest response's container, when that response is continued (pause_turn,
         or a mixed batch stopped with tool_use); a finished turn starts afresh."""
@@ -383,9 +334,6 @@ class _Scan:
         if last.ended.state == "completed" and last.ended.stop_reason in ("pause_turn", "tool_use"):
             return last.container
         return None
-
-
-_NO_SETTINGS: Final = RequestSettings()
 
 
 class _MessageBuilder:
@@ -404,14 +352,7 @@ class _MessageBuilder:
     # --- helpers ---
 
     def lose(self, event: Event, kind: str, reason: str) -> None:
-        self.losses.append(
-            Loss(
-                version=event.originator_version,
-                event=type(event).__name__,
-                kind=kind,
-                reason=reason,
-            )
-        )
+        self.losses.append(event_loss(event, kind, reason))
 
     def emit(self, role: str, block_type: str, value: Any) -> None:
         _append(self.messages, role, MessageBlock(type=block_type, value=value))
@@ -644,37 +585,18 @@ class _Settings:
         losses: list[Loss],
     ) -> _Settings:
         source = scan.newest_with_settings or scan.newest
-        native: dict[str, msgspec.Raw] | None = None
-        portable = source.settings if source is not None else _NO_SETTINGS
-        if source is not None and portable.native is not None:
-            payload = portable.native
-            if payload.provider == PROVIDER:
-                try:
-                    native = _RAW_FIELDS.decode(payload.raw)
-                except (msgspec.DecodeError, msgspec.ValidationError):
-                    losses.append(_settings_loss(source, "recorded settings are not an object"))
-            else:
-                losses.append(
-                    _settings_loss(
-                        source,
-                        f"{payload.provider} request settings left out; portable settings used",
-                    )
-                )
+        portable = source.settings if source is not None else NO_SETTINGS
+        native = recorded_native(source, PROVIDER, losses)
         recorded_model = ""
         if native is not None and "model" in native:
-            value = _ANY.decode(native["model"])
+            value = ANY_JSON.decode(native["model"])
             recorded_model = value if isinstance(value, str) else ""
         if not recorded_model and source is not None and source.provider == PROVIDER:
             recorded_model = source.model
-        chosen = model or config.model or recorded_model
-        if not chosen:
-            raise ConfigurationError(
-                "no model to send the request to: set providers.anthropic.model "
-                "(e.g. --cfg providers.anthropic.model=claude-sonnet-4-5) or pass a model"
-            )
+        chosen = target_model("anthropic", "claude-sonnet-4-5", model, config.model, recorded_model)
         max_tokens = config.max_tokens
         if max_tokens is None and native is not None and "max_tokens" in native:
-            value = _ANY.decode(native["max_tokens"])
+            value = ANY_JSON.decode(native["max_tokens"])
             max_tokens = value if type(value) is int else None
         if max_tokens is None:
             max_tokens = portable.max_tokens or DEFAULT_MAX_TOKENS
@@ -686,12 +608,12 @@ class _Settings:
             if raw is None:
                 return []
             try:
-                items = _RAW_LIST.decode(raw)
+                items = RAW_LIST.decode(raw)
             except msgspec.ValidationError:
                 return []
             tools = []
             for item in items:
-                decoded = _ANY.decode(item)
+                decoded = ANY_JSON.decode(item)
                 if not isinstance(decoded, dict):
                     continue
                 kind = decoded.get("type")
@@ -704,15 +626,11 @@ class _Settings:
         for declaration in self.portable.tools:
             if declaration.hosted:
                 if self.source is not None:
-                    losses.append(
-                        Loss(
-                            version=self.source.originator_version,
-                            event="ResponseStarted",
-                            kind="tool_declaration",
-                            reason=f"{self.source.provider} hosted tool {declaration.name} "
-                            "has no Anthropic equivalent declared; left out",
-                        )
+                    reason = (
+                        f"{self.source.provider} hosted tool {declaration.name} has no "
+                        "Anthropic equivalent declared; left out"
                     )
+                    losses.append(settings_loss(self.source, reason, kind="tool_declaration"))
                 continue
             value: dict[str, Any] = {"name": declaration.name}
             if declaration.description:
@@ -774,7 +692,7 @@ class _Settings:
             raw = self.native.get("tool_choice")
             if raw is None:
                 return None
-            choice = _ANY.decode(raw)
+            choice = ANY_JSON.decode(raw)
         else:
             name = self.portable.tool_choice
             if name is None:
@@ -789,14 +707,7 @@ class _Settings:
             )
         scoped, why = scope_tool_choice(choice, tools)
         if why is not None:
-            losses.append(
-                Loss(
-                    version=self.source.originator_version if self.source else 0,
-                    event="ResponseStarted",
-                    kind="tool_choice",
-                    reason=why,
-                )
-            )
+            losses.append(settings_loss(self.source, why, kind="tool_choice"))
         if scoped is choice and raw is not None:
             return raw
         return scoped
@@ -852,16 +763,3 @@ def _pending_declarations(pending: list[HostedActivity]) -> dict[str, str]:
         if name in NATIVE_TOOL_VERSIONS:
             out.setdefault(name, NATIVE_TOOL_VERSIONS[name])
     return out
-
-
-def _settings_loss(source: ResponseStarted, reason: str) -> Loss:
-    return Loss(
-        version=source.originator_version, event="ResponseStarted", kind="settings", reason=reason
-    )
-
-
-def iter_losses(losses: Sequence[Loss]) -> Iterator[str]:
-    """One line per loss, for a person."""
-    for loss in losses:
-        where = f"event {loss.version} ({loss.event})" if loss.version else loss.event
-        yield f"{where}: {loss.kind}: {loss.reason}"

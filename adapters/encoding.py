@@ -1,0 +1,194 @@
+"""What the provider encoders share: the pieces of turning stored events into a request.
+
+Each provider's `encode` module builds its own request shape. The pieces here are alike
+for all three: the JSON codecs that keep stored payloads byte for byte, the `<context>`
+envelope, the losses, the model binding check, the recorded settings, and the scan of a
+conversation's responses and hosted activities that encoding needs ahead.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final, Generic, TypeVar
+
+import msgspec
+
+from convstore.adapters.providers import Loss
+from convstore.domain.errors import ConfigurationError
+from convstore.domain.events import Event, HostedActivity, ResponseEnded, ResponseStarted
+from convstore.domain.vocabulary import ProviderPayload, RequestSettings
+
+__all__ = [
+    "ANY_JSON",
+    "ENCODER",
+    "NO_SETTINGS",
+    "RAW_FIELDS",
+    "RAW_LIST",
+    "ActivitySpan",
+    "ResponseSpan",
+    "Scan",
+    "context_envelope",
+    "event_loss",
+    "mismatched_binding",
+    "recorded_native",
+    "same_dated_model",
+    "settings_loss",
+    "target_model",
+]
+
+ENCODER: Final = msgspec.json.Encoder()
+"""Encodes a body of builtins and `msgspec.Raw` values, each payload's bytes kept."""
+RAW_FIELDS: Final = msgspec.json.Decoder(dict[str, msgspec.Raw])
+RAW_LIST: Final = msgspec.json.Decoder(list[msgspec.Raw])
+ANY_JSON: Final = msgspec.json.Decoder()
+NO_SETTINGS: Final = RequestSettings()
+"""The settings of a `ResponseStarted` that recorded none."""
+
+
+def context_envelope(source: str, text: str) -> str:
+    """How ContextInjected reads inside a user turn: `<context source="…">…</context>`."""
+    return f'<context source="{html.escape(source, quote=True)}">{text}</context>'
+
+
+def event_loss(event: Event, kind: str, reason: str) -> Loss:
+    """The loss of (part of) `event`."""
+    return Loss(
+        version=event.originator_version, event=type(event).__name__, kind=kind, reason=reason
+    )
+
+
+def settings_loss(source: ResponseStarted | None, reason: str, *, kind: str = "settings") -> Loss:
+    """A loss of the recorded settings of `source` (`settings` when none is recorded)."""
+    return Loss(
+        version=source.originator_version if source is not None else 0,
+        event="ResponseStarted" if source is not None else "settings",
+        kind=kind,
+        reason=reason,
+    )
+
+
+def same_dated_model(a: str, b: str, model_id: Callable[[str], tuple[str, str]]) -> bool:
+    """True when two model names can denote one model: equal, or the same model named by
+    an alias and a dated snapshot, as `model_id` reads a name (its base name and snapshot
+    date, or ``); two different snapshots differ."""
+    if a == b:
+        return True
+    if not a or not b:
+        return False
+    (base_a, date_a), (base_b, date_b) = model_id(a), model_id(b)
+    return base_a == base_b and (date_a == date_b or not date_a or not date_b)
+
+
+def mismatched_binding(
+    payload: ProviderPayload, model: str, same_model: Callable[[str, str], bool]
+) -> str | None:
+    """Why `payload`'s binding does not hold for a request to `model` (None: it holds).
+
+    A `model` binding holds when `same_model` says the models match; any other binding key
+    is not understood, and so never holds."""
+    for key, value in payload.binding.items():
+        if key == "model":
+            if value and not same_model(value, model):
+                return f"bound to model {value!r}, not {model!r}"
+        else:
+            return f"bound to {key} {value!r}, which this adapter cannot verify"
+    return None
+
+
+def recorded_native(
+    source: ResponseStarted | None, provider: str, losses: list[Loss]
+) -> dict[str, msgspec.Raw] | None:
+    """The fields of the native request `source` recorded, when it is `provider`'s (None
+    otherwise, with a settings loss when there was one that cannot be used)."""
+    if source is None or source.settings.native is None:
+        return None
+    payload = source.settings.native
+    if payload.provider != provider:
+        reason = f"{payload.provider} request settings left out; portable settings used"
+        losses.append(settings_loss(source, reason))
+        return None
+    try:
+        return RAW_FIELDS.decode(payload.raw)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        losses.append(settings_loss(source, "recorded settings are not an object"))
+        return None
+
+
+def target_model(provider: str, example: str, *candidates: str | None) -> str:
+    """The first model named among `candidates`; ConfigurationError when none is."""
+    for candidate in candidates:
+        if candidate:
+            return candidate
+    raise ConfigurationError(
+        f"no model to send the request to: set providers.{provider}.model "
+        f"(e.g. --cfg providers.{provider}.model={example}) or pass a model"
+    )
+
+
+@dataclass(slots=True)
+class ResponseSpan:
+    """A response of the conversation: its start, and its end once recorded."""
+
+    started: ResponseStarted
+    ended: ResponseEnded | None = None
+
+
+@dataclass(slots=True)
+class ActivitySpan:
+    """A hosted activity: its first `started` and its first terminal transition."""
+
+    started: HostedActivity | None = None
+    terminal: HostedActivity | None = None
+
+
+R = TypeVar("R", bound=ResponseSpan)
+
+
+class Scan(Generic[R]):
+    """What encoding needs to know ahead: how each response ended, each activity's fate,
+    the newest responses. A provider's scan calls `note` for each event, then keeps what
+    its own encoding needs."""
+
+    def __init__(self, response: Callable[[ResponseStarted], R]) -> None:
+        self._response = response
+        self.responses: dict[str, R] = {}
+        self.activities: dict[str, ActivitySpan] = {}
+        self.newest: ResponseStarted | None = None
+        self.newest_with_settings: ResponseStarted | None = None
+
+    def note(self, event: Event) -> None:
+        """Take in a response's start or end, or a hosted activity's transition."""
+        if isinstance(event, ResponseStarted):
+            self.responses[event.response_id] = self._response(event)
+            self.newest = event
+            if event.settings != NO_SETTINGS:
+                self.newest_with_settings = event
+        elif isinstance(event, ResponseEnded):
+            known = self.responses.get(event.response_id)
+            if known is not None:
+                known.ended = event
+        elif isinstance(event, HostedActivity):
+            activity = self.activities.setdefault(event.activity_id, ActivitySpan())
+            if event.state == "started":
+                activity.started = activity.started or event
+            else:
+                activity.terminal = activity.terminal or event
+
+    def end_state(self, response_id: str | None) -> str:
+        """`completed`, `failed`, `abandoned`, or `open` (no ResponseEnded yet)."""
+        response = self.responses.get(response_id or "")
+        if response is None or response.ended is None:
+            return "open"
+        return response.ended.state
+
+    def provider_of(self, response_id: str | None) -> str:
+        """The provider of a response ('' when it is not in the conversation)."""
+        response = self.responses.get(response_id or "")
+        return response.started.provider if response is not None else ""
+
+    def model_of(self, response_id: str | None) -> str:
+        """The model of a response ('' when it is not in the conversation)."""
+        response = self.responses.get(response_id or "")
+        return response.started.model if response is not None else ""
