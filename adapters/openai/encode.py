@@ -84,14 +84,28 @@ tool_choice is never broadened to hosted tools
 from __future__ import annotations
 
 import hashlib
-import html
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import msgspec
 
+from convstore.adapters.encoding import (
+    ANY_JSON,
+    ENCODER,
+    NO_SETTINGS,
+    RAW_LIST,
+    ResponseSpan,
+    Scan,
+    context_envelope,
+    event_loss,
+    mismatched_binding,
+    recorded_native,
+    same_dated_model,
+    settings_loss,
+    target_model,
+)
 from convstore.adapters.openai.config import (
     NATIVE_TOOL_TYPES,
     NON_REASONING_FAMILIES,
@@ -101,8 +115,7 @@ from convstore.adapters.openai.config import (
     validate_hosted_tools,
 )
 from convstore.adapters.openai.context import CLIENT_TOOL_NAMES, PROVIDER, hosted_name_of
-from convstore.adapters.providers import DeclaredTool, Loss, payload_type
-from convstore.domain.errors import ConfigurationError
+from convstore.adapters.providers import DeclaredTool, Loss, iter_losses, payload_type
 from convstore.domain.events import (
     AssistantText,
     ContextInjected,
@@ -148,11 +161,6 @@ _NOT_CONTENT: Final = frozenset({"response_fields", "stream_event"})
 """OpenAI UnknownArtifact formats that were never content: not replayed, not a loss."""
 _DROPPED_SETTINGS: Final = frozenset({"input", "stream", "previous_response_id", "conversation"})
 
-_ENCODER: Final = msgspec.json.Encoder()
-_RAW_FIELDS: Final = msgspec.json.Decoder(dict[str, msgspec.Raw])
-_RAW_LIST: Final = msgspec.json.Decoder(list[msgspec.Raw])
-_ANY: Final = msgspec.json.Decoder()
-
 
 @dataclass(frozen=True, slots=True)
 class EncodedRequest:
@@ -164,7 +172,7 @@ class EncodedRequest:
 
     def to_json(self) -> bytes:
         """The body as JSON, every stored payload embedded byte for byte."""
-        return _ENCODER.encode(self.body)
+        return ENCODER.encode(self.body)
 
 
 # --- public API ------------------------------------------------------------------------------
@@ -214,11 +222,6 @@ def encode_request_bytes(
     return encode_request(events, config=config, model=model, user=user).to_json()
 
 
-def context_envelope(source: str, text: str) -> str:
-    """How ContextInjected reads inside a user message: `<context source="…">…</context>`."""
-    return f'<context source="{html.escape(source, quote=True)}">{text}</context>'
-
-
 _FINE_TUNED: Final = re.compile(r"^ft:")
 _MODEL_DATE: Final = re.compile(r"^(.*?)(?:-(\d{4}-\d{2}-\d{2}|\d{4}))?$")
 
@@ -237,86 +240,43 @@ def same_model(a: str, b: str) -> bool:
     """True when two model names can denote one model: equal, or the same model named by
     an alias and a dated snapshot (`gpt-5.1` ~ `gpt-5.1-2025-11-13`, `gpt-4` ~
     `gpt-4-0613`); two different snapshots differ."""
-    if a == b:
-        return True
-    if not a or not b:
-        return False
-    (base_a, date_a), (base_b, date_b) = _model_id(a), _model_id(b)
-    return base_a == base_b and (date_a == date_b or not date_a or not date_b)
+    return same_dated_model(a, b, _model_id)
 
 
 def binding_mismatch(payload: ProviderPayload, model: str) -> str | None:
     """Why `payload`'s binding does not hold for a request to `model` (None: it holds)."""
-    for key, value in payload.binding.items():
-        if key == "model":
-            if value and not same_model(value, model):
-                return f"bound to model {value!r}, not {model!r}"
-        else:
-            return f"bound to {key} {value!r}, which this adapter cannot verify"
-    return None
-
-
-def iter_losses(losses: Sequence[Loss]) -> Iterator[str]:
-    """One line per loss, for a person."""
-    for loss in losses:
-        where = f"event {loss.version} ({loss.event})" if loss.version else loss.event
-        yield f"{where}: {loss.kind}: {loss.reason}"
+    return mismatched_binding(payload, model, same_model)
 
 
 # --- the scan ----------------------------------------------------------------------------------
 
 
 @dataclass(slots=True)
-class _Response:
-    started: ResponseStarted
-    ended: ResponseEnded | None = None
+class _Response(ResponseSpan):
     reasoning: list[Reasoning] = field(default_factory=list)
     bound: list[tuple[Event, ProviderPayload]] = field(default_factory=list)
     """Every OpenAI payload of the response, with its event."""
 
 
-@dataclass(slots=True)
-class _Activity:
-    started: HostedActivity | None = None
-    terminal: HostedActivity | None = None
-
-
-_NO_SETTINGS: Final = RequestSettings()
-
-
-class _Scan:
-    """What encoding needs to know ahead: how each response ended, each activity's fate."""
+class _Scan(Scan[_Response]):
+    """The shared scan, with each response's reasoning and OpenAI payloads, and the call
+    item type of each call."""
 
     def __init__(self, events: Sequence[Event]) -> None:
-        self.responses: dict[str, _Response] = {}
-        self.activities: dict[str, _Activity] = {}
-        self.newest: ResponseStarted | None = None
-        self.newest_with_settings: ResponseStarted | None = None
+        super().__init__(_Response)
         self.newest_native: ResponseStarted | None = None
         """The newest OpenAI response whose settings hold its native request."""
         self.calls: dict[str, str] = {}
         """Call id → the OpenAI call item type (`function_call`, `custom_tool_call`, …)."""
         for event in events:
+            self.note(event)
             if isinstance(event, ResponseStarted):
-                self.responses[event.response_id] = _Response(event)
-                self.newest = event
-                if event.settings != _NO_SETTINGS:
-                    self.newest_with_settings = event
-                    native = event.settings.native
-                    if native is not None and native.provider == PROVIDER:
-                        self.newest_native = event
+                native = event.settings.native
+                if native is not None and native.provider == PROVIDER:
+                    self.newest_native = event
                 continue
             if isinstance(event, ResponseEnded):
-                known = self.responses.get(event.response_id)
-                if known is not None:
-                    known.ended = event
                 continue
-            if isinstance(event, HostedActivity):
-                activity = self.activities.setdefault(event.activity_id, _Activity())
-                if event.state == "started":
-                    activity.started = activity.started or event
-                else:
-                    activity.terminal = activity.terminal or event
             response_id = getattr(event, "response_id", None)
             response = self.responses.get(response_id or "")
             if response is None:
@@ -328,17 +288,6 @@ class _Scan:
                 response.bound.append((event, payload))
                 if isinstance(event, ToolCallRequested):
                     self.calls[event.call_id] = payload_type(payload)
-
-    def end_state(self, response_id: str | None) -> str:
-        """`completed`, `failed`, `abandoned`, or `open` (no ResponseEnded yet)."""
-        response = self.responses.get(response_id or "")
-        if response is None or response.ended is None:
-            return "open"
-        return response.ended.state
-
-    def provider_of(self, response_id: str | None) -> str:
-        response = self.responses.get(response_id or "")
-        return response.started.provider if response is not None else ""
 
 
 class _Encrypted(msgspec.Struct):
@@ -478,14 +427,7 @@ class _InputBuilder:
     # --- helpers ---
 
     def lose(self, event: Event, kind: str, reason: str) -> None:
-        self.losses.append(
-            Loss(
-                version=event.originator_version,
-                event=type(event).__name__,
-                kind=kind,
-                reason=reason,
-            )
-        )
+        self.losses.append(event_loss(event, kind, reason))
 
     def emit(self, item: Any) -> None:
         self._message = None
@@ -610,7 +552,7 @@ class _InputBuilder:
                 "id": fresh_call_item_id(event.response_id, event.call_id),
                 "call_id": call_id_for(event.call_id),
                 "name": function_name(event.name),
-                "arguments": _ENCODER.encode(event.arguments).decode(),
+                "arguments": ENCODER.encode(event.arguments).decode(),
             }
         )
 
@@ -740,7 +682,7 @@ _HANDLERS: Final[Mapping[type[Event], Any]] = {
 
 def _declared_tool(raw: Any) -> DeclaredTool | None:
     """The DeclaredTool of a native declaration (`msgspec.Raw` or builtins)."""
-    decoded = _ANY.decode(raw) if isinstance(raw, msgspec.Raw) else raw
+    decoded = ANY_JSON.decode(raw) if isinstance(raw, msgspec.Raw) else raw
     if not isinstance(decoded, dict):
         return None
     kind = decoded.get("type")
@@ -884,32 +826,13 @@ class _Settings:
         cls, scan: _Scan, config: OpenAIConfig, model: str | None, losses: list[Loss]
     ) -> _Settings:
         source = scan.newest_native or scan.newest_with_settings or scan.newest
-        native: dict[str, msgspec.Raw] | None = None
-        portable = source.settings if source is not None else _NO_SETTINGS
-        if source is not None and portable.native is not None:
-            payload = portable.native
-            if payload.provider == PROVIDER:
-                try:
-                    native = _RAW_FIELDS.decode(payload.raw)
-                except (msgspec.DecodeError, msgspec.ValidationError):
-                    losses.append(_settings_loss(source, "recorded settings are not an object"))
-            else:
-                losses.append(
-                    _settings_loss(
-                        source,
-                        f"{payload.provider} request settings left out; portable settings used",
-                    )
-                )
+        portable = source.settings if source is not None else NO_SETTINGS
+        native = recorded_native(source, PROVIDER, losses)
         recorded = _decoded(native, "model")
         recorded_model = recorded if isinstance(recorded, str) else ""
         if not recorded_model and source is not None and source.provider == PROVIDER:
             recorded_model = source.model
-        chosen = model or config.model or recorded_model
-        if not chosen:
-            raise ConfigurationError(
-                "no model to send the request to: set providers.openai.model "
-                "(e.g. --cfg providers.openai.model=gpt-5.1) or pass a model"
-            )
+        chosen = target_model("openai", "gpt-5.1", model, config.model, recorded_model)
         store = config.store
         if store is None:
             recorded_store = _decoded(native, "store")
@@ -939,7 +862,7 @@ class _Settings:
             if raw is None:
                 return []
             try:
-                items = _RAW_LIST.decode(raw)
+                items = RAW_LIST.decode(raw)
             except msgspec.ValidationError:
                 return []
             return [tool for item in items if (tool := _declared_tool(item)) is not None]
@@ -947,15 +870,11 @@ class _Settings:
         for declaration in self.portable.tools:
             if declaration.hosted:
                 if self.source is not None:
-                    losses.append(
-                        Loss(
-                            version=self.source.originator_version,
-                            event="ResponseStarted",
-                            kind="tool_declaration",
-                            reason=f"{self.source.provider} hosted tool {declaration.name} "
-                            "has no OpenAI equivalent declared; left out",
-                        )
+                    reason = (
+                        f"{self.source.provider} hosted tool {declaration.name} has no "
+                        "OpenAI equivalent declared; left out"
                     )
+                    losses.append(settings_loss(self.source, reason, kind="tool_declaration"))
                 continue
             name = function_name(declaration.name)
             value: dict[str, Any] = {"type": "function", "name": name}
@@ -1038,12 +957,8 @@ class _Settings:
                 body.pop("include", None)
             dropped.append(f"include {ENCRYPTED_REASONING}")
         if dropped and self.source is not None:
-            losses.append(
-                _settings_loss(
-                    self.source,
-                    f"{' and '.join(dropped)} left out: model {self.model!r} does not reason",
-                )
-            )
+            reason = f"{' and '.join(dropped)} left out: model {self.model!r} does not reason"
+            losses.append(settings_loss(self.source, reason))
 
     def tool_choice(self, tools: list[DeclaredTool], losses: list[Loss]) -> Any:
         raw: msgspec.Raw | None = None
@@ -1052,7 +967,7 @@ class _Settings:
             raw = self.native.get("tool_choice")
             if raw is None:
                 return None
-            choice = _ANY.decode(raw)
+            choice = ANY_JSON.decode(raw)
         else:
             name = self.portable.tool_choice
             if name is None:
@@ -1065,14 +980,7 @@ class _Settings:
                 choice = {"type": "function", "name": function_name(name)}
         scoped, why = scope_tool_choice(choice, tools)
         if why is not None:
-            losses.append(
-                Loss(
-                    version=self.source.originator_version if self.source else 0,
-                    event="ResponseStarted",
-                    kind="tool_choice",
-                    reason=why,
-                )
-            )
+            losses.append(settings_loss(self.source, why, kind="tool_choice"))
         if scoped is choice and raw is not None:
             return raw
         return scoped
@@ -1082,12 +990,6 @@ def _decoded(native: Mapping[str, msgspec.Raw] | None, key: str) -> Any:
     if native is None or key not in native:
         return None
     try:
-        return _ANY.decode(native[key])
+        return ANY_JSON.decode(native[key])
     except msgspec.DecodeError:
         return None
-
-
-def _settings_loss(source: ResponseStarted, reason: str) -> Loss:
-    return Loss(
-        version=source.originator_version, event="ResponseStarted", kind="settings", reason=reason
-    )
