@@ -75,14 +75,28 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import html
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import msgspec
 
+from convstore.adapters.encoding import (
+    ANY_JSON,
+    ENCODER,
+    NO_SETTINGS,
+    RAW_FIELDS,
+    RAW_LIST,
+    ResponseSpan,
+    Scan,
+    context_envelope,
+    event_loss,
+    mismatched_binding,
+    recorded_native,
+    settings_loss,
+    target_model,
+)
 from convstore.adapters.google.config import (
     NATIVE_TOOLS,
     GoogleConfig,
@@ -103,7 +117,6 @@ from convstore.domain.events import (
     Event,
     HostedActivity,
     Reasoning,
-    ResponseEnded,
     ResponseStarted,
     ToolCallRequested,
     ToolCallResponded,
@@ -151,12 +164,6 @@ SKIP_SIGNATURE: Final = "skip_thought_signature_validator"
 """The placeholder `thoughtSignature` Google documents for function calls that no Gemini 3
 model produced (a trace transferred from another model)."""
 
-_ENCODER: Final = msgspec.json.Encoder()
-_RAW_FIELDS: Final = msgspec.json.Decoder(dict[str, msgspec.Raw])
-_RAW_LIST: Final = msgspec.json.Decoder(list[msgspec.Raw])
-_ANY: Final = msgspec.json.Decoder()
-_NO_SETTINGS: Final = RequestSettings()
-
 
 @dataclass(frozen=True, slots=True)
 class EncodedRequest:
@@ -171,7 +178,7 @@ class EncodedRequest:
 
     def to_json(self) -> bytes:
         """The body as JSON, every stored payload embedded byte for byte."""
-        return _ENCODER.encode(self.body)
+        return ENCODER.encode(self.body)
 
     def path(self, *, stream: bool = True) -> str:
         """The method's path relative to the base URL, e.g.
@@ -208,11 +215,6 @@ def encode_request(
     return EncodedRequest(body=body, model=settings.model, losses=losses)
 
 
-def context_envelope(source: str, text: str) -> str:
-    """How ContextInjected reads inside a user content: `<context source="…">…</context>`."""
-    return f'<context source="{html.escape(source, quote=True)}">{text}</context>'
-
-
 _STABLE_SUFFIX: Final = re.compile(r"-\d{3}$")
 
 
@@ -236,13 +238,7 @@ def binding_mismatch(payload: ProviderPayload, model: str | None) -> str | None:
     `model` is None: bindings are not checked)."""
     if model is None:
         return None
-    for key, value in payload.binding.items():
-        if key == "model":
-            if value and not same_model(value, model):
-                return f"bound to model {value!r}, not {model!r}"
-        else:
-            return f"bound to {key} {value!r}, which this adapter cannot verify"
-    return None
+    return mismatched_binding(payload, model, same_model)
 
 
 def signature_bytes(signature: str) -> bytes | str:
@@ -288,8 +284,8 @@ class _Part:
     def json(self) -> Any:
         value = self.value
         if isinstance(value, msgspec.Raw):
-            return _ANY.decode(value)
-        return _ANY.decode(_ENCODER.encode(value))
+            return ANY_JSON.decode(value)
+        return ANY_JSON.decode(ENCODER.encode(value))
 
 
 @dataclass(slots=True)
@@ -342,64 +338,26 @@ def build_contents(
     return BuiltContents(builder.contents, builder.losses, builder.names)
 
 
-@dataclass(slots=True)
-class _Response:
-    started: ResponseStarted
-    ended: ResponseEnded | None = None
-
-
-@dataclass(slots=True)
-class _Activity:
-    started: HostedActivity | None = None
-    terminal: HostedActivity | None = None
-
-
-class _Scan:
-    """What encoding needs to know ahead: each response, call and activity."""
+class _Scan(Scan[ResponseSpan]):
+    """The shared scan, with each call and the newest Gemini response that names its
+    model."""
 
     def __init__(self, events: Sequence[Event]) -> None:
-        self.responses: dict[str, _Response] = {}
+        super().__init__(ResponseSpan)
         self.calls: dict[str, ToolCallRequested] = {}
-        self.activities: dict[str, _Activity] = {}
-        self.newest_with_settings: ResponseStarted | None = None
-        self.newest: ResponseStarted | None = None
         self.newest_google: ResponseStarted | None = None
         for event in events:
+            self.note(event)
             if isinstance(event, ResponseStarted):
-                self.responses[event.response_id] = _Response(event)
-                self.newest = event
-                if event.settings != _NO_SETTINGS:
-                    self.newest_with_settings = event
                 if event.provider == PROVIDER and event.model:
                     self.newest_google = event
-            elif isinstance(event, ResponseEnded):
-                known = self.responses.get(event.response_id)
-                if known is not None:
-                    known.ended = event
             elif isinstance(event, ToolCallRequested):
                 self.calls.setdefault(event.call_id, event)
-            elif isinstance(event, HostedActivity):
-                activity = self.activities.setdefault(event.activity_id, _Activity())
-                if event.state == "started":
-                    activity.started = activity.started or event
-                else:
-                    activity.terminal = activity.terminal or event
-
-    def provider_of(self, response_id: str | None) -> str:
-        response = self.responses.get(response_id or "")
-        return response.started.provider if response is not None else ""
-
-    def end_state(self, response_id: str | None) -> str:
-        """`completed`, `failed`, `abandoned`, or `open`."""
-        response = self.responses.get(response_id or "")
-        if response is None or response.ended is None:
-            return "open"
-        return response.ended.state
 
 
 def _fields(payload: ProviderPayload) -> dict[str, Any]:
     try:
-        value = _ANY.decode(payload.raw)
+        value = ANY_JSON.decode(payload.raw)
     except (msgspec.DecodeError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {}
@@ -446,14 +404,7 @@ class _Builder:
     # --- helpers ---
 
     def lose(self, event: Event, kind: str, reason: str) -> None:
-        self.losses.append(
-            Loss(
-                version=event.originator_version,
-                event=type(event).__name__,
-                kind=kind,
-                reason=reason,
-            )
-        )
+        self.losses.append(event_loss(event, kind, reason))
 
     def emit(self, role: str, kind: str, value: Any) -> None:
         _append(self.contents, role, _Part(kind, value))
@@ -670,9 +621,9 @@ def _response_part(name: str, response: Any, call_id: str | None) -> dict[str, A
 def _stored_response(payload: ProviderPayload) -> msgspec.Raw | None:
     """The `response` object of a stored `functionResponse` part, byte for byte."""
     try:
-        fields = _RAW_FIELDS.decode(payload.raw)
+        fields = RAW_FIELDS.decode(payload.raw)
         inner = fields.get("functionResponse", fields.get("function_response"))
-        return _RAW_FIELDS.decode(inner).get("response") if inner is not None else None
+        return RAW_FIELDS.decode(inner).get("response") if inner is not None else None
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
 
@@ -683,7 +634,7 @@ def _result_object(content: str, *, is_error: bool) -> Any:
     decoded: Any = None
     if content[:1] == "{":
         try:
-            decoded = _ANY.decode(content)
+            decoded = ANY_JSON.decode(content)
         except (msgspec.DecodeError, RecursionError):
             decoded = None
     if is_error:
@@ -692,15 +643,6 @@ def _result_object(content: str, *, is_error: bool) -> Any:
 
 
 # --- settings --------------------------------------------------------------------------------
-
-
-def _settings_loss(source: ResponseStarted | None, kind: str, reason: str) -> Loss:
-    return Loss(
-        version=source.originator_version if source is not None else 0,
-        event="ResponseStarted" if source is not None else "settings",
-        kind=kind,
-        reason=reason,
-    )
 
 
 @dataclass(slots=True)
@@ -733,35 +675,16 @@ class _Settings:
         cls, scan: _Scan, config: GoogleConfig, model: str | None, losses: list[Loss]
     ) -> _Settings:
         source = scan.newest_with_settings or scan.newest
-        portable = source.settings if source is not None else _NO_SETTINGS
+        portable = source.settings if source is not None else NO_SETTINGS
         native: dict[str, msgspec.Raw] | None = None
-        if source is not None and portable.native is not None:
-            payload = portable.native
-            if payload.provider == PROVIDER:
-                try:
-                    native = {}
-                    for key, value in _RAW_FIELDS.decode(payload.raw).items():
-                        native.setdefault(camel(key), value)
-                except (msgspec.DecodeError, msgspec.ValidationError):
-                    native = None
-                    losses.append(
-                        _settings_loss(source, "settings", "recorded settings are not an object")
-                    )
-            else:
-                losses.append(
-                    _settings_loss(
-                        source,
-                        "settings",
-                        f"{payload.provider} request settings left out; portable settings used",
-                    )
-                )
+        recorded_fields = recorded_native(source, PROVIDER, losses)
+        if recorded_fields is not None:
+            native = {}
+            for key, value in recorded_fields.items():
+                native.setdefault(camel(key), value)
         recorded = scan.newest_google.model if scan.newest_google is not None else ""
-        chosen = (model or config.model or recorded or "").strip()
-        if not chosen:
-            raise ConfigurationError(
-                "no model to send the request to: set providers.google.model "
-                "(e.g. --cfg providers.google.model=gemini-2.5-flash) or pass a model"
-            )
+        named = (model or config.model or recorded or "").strip()
+        chosen = target_model("google", "gemini-2.5-flash", named)
         chosen = model_resource(chosen).removeprefix("models/")
         return cls(chosen, native, portable, source)
 
@@ -799,13 +722,13 @@ class _Settings:
             if raw is None:
                 return []
             try:
-                entries = _RAW_LIST.decode(raw)
+                entries = RAW_LIST.decode(raw)
             except (msgspec.DecodeError, msgspec.ValidationError):
                 return []
             tools = []
             for entry in entries:
                 try:
-                    fields = _RAW_FIELDS.decode(entry)
+                    fields = RAW_FIELDS.decode(entry)
                 except (msgspec.DecodeError, msgspec.ValidationError):
                     continue
                 tools.append(_Tool({camel(k): v for k, v in fields.items()}))
@@ -814,14 +737,11 @@ class _Settings:
         for declaration in self.portable.tools:
             if declaration.hosted:
                 if self.source is not None:
-                    losses.append(
-                        _settings_loss(
-                            self.source,
-                            "tool_declaration",
-                            f"{self.source.provider} hosted tool {declaration.name} has no "
-                            "Gemini equivalent declared; left out",
-                        )
+                    reason = (
+                        f"{self.source.provider} hosted tool {declaration.name} has no "
+                        "Gemini equivalent declared; left out"
                     )
+                    losses.append(settings_loss(self.source, reason, kind="tool_declaration"))
                 continue
             function: dict[str, Any] = {"name": function_name(declaration.name)}
             if declaration.description:
@@ -852,14 +772,14 @@ class _Settings:
             raw = self.native.get("toolConfig")
             if raw is None:
                 return None
-            choice = _ANY.decode(raw)
+            choice = ANY_JSON.decode(raw)
         else:
             choice = self._portable_tool_config(functions, losses)
             if choice is None:
                 return None
         scoped, why = scope_tool_config(choice, functions, hosted)
         if why is not None:
-            losses.append(_settings_loss(self.source, "tool_choice", why))
+            losses.append(settings_loss(self.source, why, kind="tool_choice"))
         if scoped is choice and self.native is not None:
             return self.native["toolConfig"]
         return scoped
@@ -882,7 +802,7 @@ class _Settings:
         if self.native is not None:
             raw = self.native.get("generationConfig")
             if raw is not None:
-                decoded = _ANY.decode(raw)
+                decoded = ANY_JSON.decode(raw)
                 recorded = (
                     {camel(k): v for k, v in decoded.items()} if isinstance(decoded, dict) else {}
                 )
@@ -904,13 +824,8 @@ class _Settings:
             except ConfigurationError:
                 del generation["thinkingConfig"]
                 changed = True
-                losses.append(
-                    _settings_loss(
-                        self.source,
-                        "settings",
-                        f"recorded thinkingConfig left out: model {self.model!r} cannot take it",
-                    )
-                )
+                reason = f"recorded thinkingConfig left out: model {self.model!r} cannot take it"
+                losses.append(settings_loss(self.source, reason))
         if not generation:
             return None
         if not changed:
@@ -924,7 +839,7 @@ def _function_names(tools: Sequence[_Tool]) -> list[str]:
         raw = tool.fields.get("functionDeclarations")
         if raw is None:
             continue
-        declarations = _ANY.decode(raw) if isinstance(raw, msgspec.Raw) else raw
+        declarations = ANY_JSON.decode(raw) if isinstance(raw, msgspec.Raw) else raw
         for declaration in declarations if isinstance(declarations, list) else ():
             if isinstance(declaration, dict) and isinstance(declaration.get("name"), str):
                 names.append(declaration["name"])
@@ -984,10 +899,3 @@ def scope_tool_config(
     if scoped == calling:
         return choice, why
     return {**rest, key: scoped}, why
-
-
-def iter_losses(losses: Sequence[Loss]) -> Iterator[str]:
-    """One line per loss, for a person."""
-    for loss in losses:
-        where = f"event {loss.version} ({loss.event})" if loss.version else loss.event
-        yield f"{where}: {loss.kind}: {loss.reason}"
