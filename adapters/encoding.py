@@ -18,7 +18,7 @@ import msgspec
 from convstore.adapters.providers import Loss
 from convstore.domain.errors import ConfigurationError
 from convstore.domain.events import Event, HostedActivity, ResponseEnded, ResponseStarted
-from convstore.domain.vocabulary import ProviderPayload, RequestSettings
+from convstore.domain.vocabulary import ProviderPayload, RequestSettings, ToolDeclaration
 
 __all__ = [
     "ANY_JSON",
@@ -29,6 +29,7 @@ __all__ = [
     "ActivitySpan",
     "ResponseSpan",
     "Scan",
+    "client_tools",
     "context_envelope",
     "event_loss",
     "mismatched_binding",
@@ -114,6 +115,26 @@ def recorded_native(
     except (msgspec.DecodeError, msgspec.ValidationError):
         losses.append(settings_loss(source, "recorded settings are not an object"))
         return None
+
+
+def client_tools(
+    source: ResponseStarted | None, target: str, losses: list[Loss]
+) -> list[ToolDeclaration]:
+    """The client tools `source`'s portable settings declare; each hosted tool is a loss
+    (no `target` equivalent is declared for it)."""
+    if source is None:
+        return []
+    tools = []
+    for declaration in source.settings.tools:
+        if declaration.hosted:
+            reason = (
+                f"{source.provider} hosted tool {declaration.name} has no {target} "
+                "equivalent declared; left out"
+            )
+            losses.append(settings_loss(source, reason, kind="tool_declaration"))
+        else:
+            tools.append(declaration)
+    return tools
 
 
 def target_model(provider: str, example: str, *candidates: str | None) -> str:

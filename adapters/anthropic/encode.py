@@ -85,6 +85,7 @@ from convstore.adapters.encoding import (
     RAW_LIST,
     ResponseSpan,
     Scan,
+    client_tools,
     context_envelope,
     event_loss,
     mismatched_binding,
@@ -623,15 +624,7 @@ class _Settings:
                 tools.append(DeclaredTool(name, kind, item, is_hosted_tool_type(kind)))
             return tools
         tools = []
-        for declaration in self.portable.tools:
-            if declaration.hosted:
-                if self.source is not None:
-                    reason = (
-                        f"{self.source.provider} hosted tool {declaration.name} has no "
-                        "Anthropic equivalent declared; left out"
-                    )
-                    losses.append(settings_loss(self.source, reason, kind="tool_declaration"))
-                continue
+        for declaration in client_tools(self.source, "Anthropic", losses):
             value: dict[str, Any] = {"name": declaration.name}
             if declaration.description:
                 value["description"] = declaration.description

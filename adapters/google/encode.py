@@ -90,6 +90,7 @@ from convstore.adapters.encoding import (
     RAW_LIST,
     ResponseSpan,
     Scan,
+    client_tools,
     context_envelope,
     event_loss,
     mismatched_binding,
@@ -734,15 +735,7 @@ class _Settings:
                 tools.append(_Tool({camel(k): v for k, v in fields.items()}))
             return tools
         declarations = []
-        for declaration in self.portable.tools:
-            if declaration.hosted:
-                if self.source is not None:
-                    reason = (
-                        f"{self.source.provider} hosted tool {declaration.name} has no "
-                        "Gemini equivalent declared; left out"
-                    )
-                    losses.append(settings_loss(self.source, reason, kind="tool_declaration"))
-                continue
+        for declaration in client_tools(self.source, "Gemini", losses):
             function: dict[str, Any] = {"name": function_name(declaration.name)}
             if declaration.description:
                 function["description"] = declaration.description

@@ -98,6 +98,7 @@ from convstore.adapters.encoding import (
     RAW_LIST,
     ResponseSpan,
     Scan,
+    client_tools,
     context_envelope,
     event_loss,
     mismatched_binding,
@@ -867,15 +868,7 @@ class _Settings:
                 return []
             return [tool for item in items if (tool := _declared_tool(item)) is not None]
         tools = []
-        for declaration in self.portable.tools:
-            if declaration.hosted:
-                if self.source is not None:
-                    reason = (
-                        f"{self.source.provider} hosted tool {declaration.name} has no "
-                        "OpenAI equivalent declared; left out"
-                    )
-                    losses.append(settings_loss(self.source, reason, kind="tool_declaration"))
-                continue
+        for declaration in client_tools(self.source, "OpenAI", losses):
             name = function_name(declaration.name)
             value: dict[str, Any] = {"type": "function", "name": name}
             if declaration.description:
