@@ -39,11 +39,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final
 from urllib.parse import urlsplit
 
 import msgspec
 
+from convstore.adapters.provider_config import (
+    ConfigBlock,
+    HostedToolsBlock,
+    PositiveInt,
+    UserLocation,
+    check_http_url,
+    convert_block,
+    is_loopback,
+    provider_block,
+)
 from convstore.domain.errors import ConfigurationError
 
 __all__ = [
@@ -81,27 +91,10 @@ NATIVE_TOOL_BETAS: Final[Mapping[str, str]] = {
 }
 """Native tool type → the `anthropic-beta` header value it needs (none for web search)."""
 
-PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
 Domain = Annotated[str, msgspec.Meta(min_length=1)]
 
 
-class _Block(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """A configuration table: unknown keys are errors, never ignored."""
-
-
-class UserLocation(_Block, frozen=True, kw_only=True):
-    """Where the user is, to localize web search results."""
-
-    type: Literal["approximate"] = "approximate"
-    city: str | None = None
-    region: str | None = None
-    country: str | None = None
-    """ISO 3166-1 alpha-2 code, e.g. `FR`."""
-    timezone: str | None = None
-    """IANA time zone, e.g. `Europe/Paris`."""
-
-
-class WebSearchConfig(_Block, frozen=True, kw_only=True):
+class WebSearchConfig(ConfigBlock, frozen=True, kw_only=True):
     """`hosted_tools.web_search`."""
 
     enable: bool | None = None
@@ -111,13 +104,13 @@ class WebSearchConfig(_Block, frozen=True, kw_only=True):
     user_location: UserLocation | None = None
 
 
-class WebFetchCitations(_Block, frozen=True, kw_only=True):
+class WebFetchCitations(ConfigBlock, frozen=True, kw_only=True):
     """`hosted_tools.web_fetch.citations`."""
 
     enabled: bool = False
 
 
-class WebFetchConfig(_Block, frozen=True, kw_only=True):
+class WebFetchConfig(ConfigBlock, frozen=True, kw_only=True):
     """`hosted_tools.web_fetch`."""
 
     enable: bool | None = None
@@ -128,31 +121,21 @@ class WebFetchConfig(_Block, frozen=True, kw_only=True):
     max_content_tokens: PositiveInt | None = None
 
 
-class CodeExecutionConfig(_Block, frozen=True, kw_only=True):
+class CodeExecutionConfig(ConfigBlock, frozen=True, kw_only=True):
     """`hosted_tools.code_execution`."""
 
     enable: bool | None = None
 
 
-class HostedToolsConfig(_Block, frozen=True, kw_only=True):
+class HostedToolsConfig(HostedToolsBlock, frozen=True, kw_only=True):
     """`hosted_tools`: each disabled unless `enable = true`."""
 
     web_search: WebSearchConfig = WebSearchConfig()
     web_fetch: WebFetchConfig = WebFetchConfig()
     code_execution: CodeExecutionConfig = CodeExecutionConfig()
 
-    def setting(self, name: str) -> bool | None:
-        """The `enable` of hosted tool `name`: True, False, or None when not configured."""
-        tool = getattr(self, name, None)
-        enable: bool | None = None if tool is None else tool.enable
-        return enable
 
-    def enabled(self) -> list[str]:
-        """The hosted tools enabled, in declaration order."""
-        return [name for name in NATIVE_TOOL_VERSIONS if self.setting(name) is True]
-
-
-class AnthropicConfig(_Block, frozen=True, kw_only=True):
+class AnthropicConfig(ConfigBlock, frozen=True, kw_only=True):
     """`providers.anthropic`. API keys never live here: `ANTHROPIC_API_KEY` only."""
 
     model: str | None = None
@@ -165,21 +148,12 @@ class AnthropicConfig(_Block, frozen=True, kw_only=True):
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> AnthropicConfig:
         """The typed view of `config["providers"]["anthropic"]` (defaults when absent)."""
-        providers = config.get("providers", {})
-        if not isinstance(providers, Mapping):
-            raise ConfigurationError("providers must be a table")
-        block = providers.get("anthropic", {})
-        if not isinstance(block, Mapping):
-            raise ConfigurationError("providers.anthropic must be a table")
-        return cls.from_block(block)
+        return cls.from_block(provider_block(config, "anthropic"))
 
     @classmethod
     def from_block(cls, block: Mapping[str, Any]) -> AnthropicConfig:
         """The typed view of the `providers.anthropic` table itself."""
-        try:
-            config = msgspec.convert(dict(block), cls)
-        except msgspec.ValidationError as error:
-            raise ConfigurationError(_explain(str(error))) from None
+        config = convert_block(block, cls, "anthropic")
         for name in ("web_search", "web_fetch"):
             tool = getattr(config.hosted_tools, name)
             if tool.allowed_domains is not None and tool.blocked_domains is not None:
@@ -187,34 +161,8 @@ class AnthropicConfig(_Block, frozen=True, kw_only=True):
                     f"providers.anthropic.hosted_tools.{name}: allowed_domains and "
                     "blocked_domains cannot both be set; use one of them"
                 )
-        _check_base_url(config.base_url)
+        check_http_url(config.base_url, "providers.anthropic.base_url")
         return config
-
-
-_UNKNOWN_FIELD: Final = re.compile(r"Object contains unknown field `([^`]*)`(?: - at `\$(.*)`)?")
-_AT: Final = re.compile(r"^(.*) - at `\$(.*)`$")
-
-
-def _explain(message: str) -> str:
-    """A msgspec validation message, with its `$…` path spelled as the config key."""
-    unknown = _UNKNOWN_FIELD.match(message)
-    if unknown:
-        field, path = unknown.group(1), unknown.group(2) or ""
-        key = "providers.anthropic" + path
-        return f"{key}: unknown key {field!r} (see the providers.anthropic reference)"
-    located = _AT.match(message)
-    if located:
-        what, path = located.group(1), located.group(2)
-        return f"providers.anthropic{path}: {what}"
-    return f"providers.anthropic: {message}"
-
-
-def _check_base_url(url: str) -> None:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigurationError(
-            f"providers.anthropic.base_url: {url!r} is not an http(s) URL with a host"
-        )
 
 
 # --- declarations ----------------------------------------------------------------------------
@@ -248,7 +196,7 @@ def hosted_tool_declarations(config: AnthropicConfig) -> dict[str, dict[str, Any
     return out
 
 
-def _present(table: _Block | None) -> dict[str, Any] | None:
+def _present(table: ConfigBlock | None) -> dict[str, Any] | None:
     """A sub-table as builtins, without its unset (None) keys."""
     if table is None:
         return None
@@ -316,7 +264,7 @@ def endpoint_kind(base_url: str) -> str:
     host = (urlsplit(base_url).hostname or "").lower()
     if host == "api.anthropic.com":
         return "first_party"
-    if host in ("localhost", "::1") or host.startswith("127."):
+    if is_loopback(host):
         return "loopback"
     if "bedrock" in host or host.endswith(".amazonaws.com"):
         return "bedrock"

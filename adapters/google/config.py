@@ -61,6 +61,15 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from convstore.adapters.provider_config import (
+    ConfigBlock,
+    HostedToolsBlock,
+    PositiveInt,
+    check_http_url,
+    convert_block,
+    is_loopback,
+    provider_block,
+)
 from convstore.domain.errors import ConfigurationError
 
 __all__ = [
@@ -102,51 +111,36 @@ _TOOL_NAMES: Final[Mapping[str, str]] = {
     "code_execution": "code_execution",
 }
 
-PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
 Budget = Annotated[int, msgspec.Meta(ge=-1)]
 
 
-class _Block(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """A configuration table: unknown keys are errors, never ignored."""
-
-
-class GoogleSearchConfig(_Block, frozen=True, kw_only=True):
+class GoogleSearchConfig(ConfigBlock, frozen=True, kw_only=True):
     """`hosted_tools.google_search`."""
 
     enable: bool | None = None
 
 
-class UrlContextConfig(_Block, frozen=True, kw_only=True):
+class UrlContextConfig(ConfigBlock, frozen=True, kw_only=True):
     """`hosted_tools.url_context`."""
 
     enable: bool | None = None
 
 
-class CodeExecutionConfig(_Block, frozen=True, kw_only=True):
+class CodeExecutionConfig(ConfigBlock, frozen=True, kw_only=True):
     """`hosted_tools.code_execution`."""
 
     enable: bool | None = None
 
 
-class HostedToolsConfig(_Block, frozen=True, kw_only=True):
+class HostedToolsConfig(HostedToolsBlock, frozen=True, kw_only=True):
     """`hosted_tools`: each disabled unless `enable = true`."""
 
     google_search: GoogleSearchConfig = GoogleSearchConfig()
     url_context: UrlContextConfig = UrlContextConfig()
     code_execution: CodeExecutionConfig = CodeExecutionConfig()
 
-    def setting(self, name: str) -> bool | None:
-        """The `enable` of hosted tool `name`: True, False, or None when not configured."""
-        tool = getattr(self, name, None)
-        enable: bool | None = None if tool is None else tool.enable
-        return enable
 
-    def enabled(self) -> list[str]:
-        """The hosted tools enabled, in declaration order."""
-        return [name for name in NATIVE_TOOLS if self.setting(name) is True]
-
-
-class ThinkingConfig(_Block, frozen=True, kw_only=True):
+class ThinkingConfig(ConfigBlock, frozen=True, kw_only=True):
     """`thinking` → `generationConfig.thinkingConfig`."""
 
     include_thoughts: bool | None = None
@@ -164,7 +158,7 @@ class ThinkingConfig(_Block, frozen=True, kw_only=True):
         return out
 
 
-class GoogleConfig(_Block, frozen=True, kw_only=True):
+class GoogleConfig(ConfigBlock, frozen=True, kw_only=True):
     """`providers.google`. API keys never live here: `GEMINI_API_KEY` or `GOOGLE_API_KEY`."""
 
     model: str | None = None
@@ -178,42 +172,16 @@ class GoogleConfig(_Block, frozen=True, kw_only=True):
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> GoogleConfig:
         """The typed view of `config["providers"]["google"]` (defaults when absent)."""
-        providers = config.get("providers", {})
-        if not isinstance(providers, Mapping):
-            raise ConfigurationError("providers must be a table")
-        block = providers.get("google", {})
-        if not isinstance(block, Mapping):
-            raise ConfigurationError("providers.google must be a table")
-        return cls.from_block(block)
+        return cls.from_block(provider_block(config, "google"))
 
     @classmethod
     def from_block(cls, block: Mapping[str, Any]) -> GoogleConfig:
         """The typed view of the `providers.google` table itself."""
-        try:
-            config = msgspec.convert(dict(block), cls)
-        except msgspec.ValidationError as error:
-            raise ConfigurationError(_explain(str(error))) from None
+        config = convert_block(block, cls, "google")
         check_base_url(config.base_url)
         if config.model is not None and not config.model.strip():
             raise ConfigurationError("providers.google.model: the model name is empty")
         return config
-
-
-_UNKNOWN_FIELD: Final = re.compile(r"Object contains unknown field `([^`]*)`(?: - at `\$(.*)`)?")
-_AT: Final = re.compile(r"^(.*) - at `\$(.*)`$")
-
-
-def _explain(message: str) -> str:
-    """A msgspec validation message, with its `$…` path spelled as the config key."""
-    unknown = _UNKNOWN_FIELD.match(message)
-    if unknown:
-        field, path = unknown.group(1), unknown.group(2) or ""
-        return f"providers.google{path}: unknown key {field!r} (see the providers.google reference)"
-    located = _AT.match(message)
-    if located:
-        what, path = located.group(1), located.group(2)
-        return f"providers.google{path}: {what}"
-    return f"providers.google: {message}"
 
 
 # --- endpoints -------------------------------------------------------------------------------
@@ -230,18 +198,15 @@ def endpoint_kind(base_url: str) -> str:
         return "gemini_api"
     if host == "aiplatform.googleapis.com" or host.endswith("-aiplatform.googleapis.com"):
         return "vertex"
-    if host in ("localhost", "::1") or host.startswith("127."):
+    if is_loopback(host):
         return "loopback"
     return "other"
 
 
 def check_base_url(url: str) -> None:
     """Raise ConfigurationError for a base URL requests cannot be built on."""
+    check_http_url(url, "providers.google.base_url")
     parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigurationError(
-            f"providers.google.base_url: {url!r} is not an http(s) URL with a host"
-        )
     if parts.query or parts.fragment:
         raise ConfigurationError(
             f"providers.google.base_url: {url!r} must not carry a query or fragment "

@@ -71,6 +71,16 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from convstore.adapters.provider_config import (
+    ConfigBlock,
+    HostedToolsBlock,
+    PositiveInt,
+    UserLocation,
+    check_http_url,
+    convert_block,
+    is_loopback,
+    provider_block,
+)
 from convstore.domain.errors import ConfigurationError
 
 __all__ = [
@@ -100,29 +110,12 @@ NATIVE_TOOL_TYPES: Final[Mapping[str, str]] = {
 """Hosted tool (the activity name) → the native tool type this adapter declares for new
 work. A pending activity keeps the type it began under (its recorded declaration)."""
 
-PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
 Domain = Annotated[str, msgspec.Meta(min_length=1, pattern=r"^(?!https?://)[^\s/]+$")]
 """A domain without scheme or path (OpenAI wants `example.org`, not `https://…`)."""
 VectorStoreId = Annotated[str, msgspec.Meta(min_length=1)]
 
 
-class _Block(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """A configuration table: unknown keys are errors, never ignored."""
-
-
-class UserLocation(_Block, frozen=True, kw_only=True):
-    """Where the user is, to localize web search results."""
-
-    type: Literal["approximate"] = "approximate"
-    city: str | None = None
-    region: str | None = None
-    country: str | None = None
-    """ISO 3166-1 alpha-2 code, e.g. `FR`."""
-    timezone: str | None = None
-    """IANA time zone, e.g. `Europe/Paris`."""
-
-
-class WebSearchConfig(_Block, frozen=True, kw_only=True):
+class WebSearchConfig(ConfigBlock, frozen=True, kw_only=True):
     """`hosted_tools.web_search`."""
 
     enable: bool | None = None
@@ -132,7 +125,7 @@ class WebSearchConfig(_Block, frozen=True, kw_only=True):
     """Sent as the tool's `filters.allowed_domains`."""
 
 
-class FileSearchConfig(_Block, frozen=True, kw_only=True):
+class FileSearchConfig(ConfigBlock, frozen=True, kw_only=True):
     """`hosted_tools.file_search`."""
 
     enable: bool | None = None
@@ -141,7 +134,7 @@ class FileSearchConfig(_Block, frozen=True, kw_only=True):
     max_num_results: Annotated[int, msgspec.Meta(ge=1, le=50)] | None = None
 
 
-class CodeInterpreterConfig(_Block, frozen=True, kw_only=True):
+class CodeInterpreterConfig(ConfigBlock, frozen=True, kw_only=True):
     """`hosted_tools.code_interpreter`."""
 
     enable: bool | None = None
@@ -149,25 +142,15 @@ class CodeInterpreterConfig(_Block, frozen=True, kw_only=True):
     """`auto` (a fresh container) or an existing container's id."""
 
 
-class HostedToolsConfig(_Block, frozen=True, kw_only=True):
+class HostedToolsConfig(HostedToolsBlock, frozen=True, kw_only=True):
     """`hosted_tools`: each disabled unless `enable = true`."""
 
     web_search: WebSearchConfig = WebSearchConfig()
     file_search: FileSearchConfig = FileSearchConfig()
     code_interpreter: CodeInterpreterConfig = CodeInterpreterConfig()
 
-    def setting(self, name: str) -> bool | None:
-        """The `enable` of hosted tool `name`: True, False, or None when not configured."""
-        tool = getattr(self, name, None) if name in NATIVE_TOOL_TYPES else None
-        enable: bool | None = None if tool is None else tool.enable
-        return enable
 
-    def enabled(self) -> list[str]:
-        """The hosted tools enabled, in declaration order."""
-        return [name for name in NATIVE_TOOL_TYPES if self.setting(name) is True]
-
-
-class OpenAIConfig(_Block, frozen=True, kw_only=True):
+class OpenAIConfig(ConfigBlock, frozen=True, kw_only=True):
     """`providers.openai`. API keys never live here: `OPENAI_API_KEY` only."""
 
     model: str | None = None
@@ -182,55 +165,20 @@ class OpenAIConfig(_Block, frozen=True, kw_only=True):
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> OpenAIConfig:
         """The typed view of `config["providers"]["openai"]` (defaults when absent)."""
-        providers = config.get("providers", {})
-        if not isinstance(providers, Mapping):
-            raise ConfigurationError("providers must be a table")
-        block = providers.get("openai", {})
-        if not isinstance(block, Mapping):
-            raise ConfigurationError("providers.openai must be a table")
-        return cls.from_block(block)
+        return cls.from_block(provider_block(config, "openai"))
 
     @classmethod
     def from_block(cls, block: Mapping[str, Any]) -> OpenAIConfig:
         """The typed view of the `providers.openai` table itself."""
-        try:
-            config = msgspec.convert(dict(block), cls)
-        except msgspec.ValidationError as error:
-            raise ConfigurationError(_explain(str(error))) from None
+        config = convert_block(block, cls, "openai")
         search = config.hosted_tools.file_search
         if search.enable and not search.vector_store_ids:
             raise ConfigurationError(
                 "providers.openai.hosted_tools.file_search: vector_store_ids is required "
                 'when file search is enabled (e.g. vector_store_ids = ["vs_…"])'
             )
-        _check_base_url(config.base_url)
+        check_http_url(config.base_url, "providers.openai.base_url")
         return config
-
-
-_UNKNOWN_FIELD: Final = re.compile(r"Object contains unknown field `([^`]*)`(?: - at `\$(.*)`)?")
-_AT: Final = re.compile(r"^(.*) - at `\$(.*)`$")
-
-
-def _explain(message: str) -> str:
-    """A msgspec validation message, with its `$…` path spelled as the config key."""
-    unknown = _UNKNOWN_FIELD.match(message)
-    if unknown:
-        field, path = unknown.group(1), unknown.group(2) or ""
-        key = "providers.openai" + path
-        return f"{key}: unknown key {field!r} (see the providers.openai reference)"
-    located = _AT.match(message)
-    if located:
-        what, path = located.group(1), located.group(2)
-        return f"providers.openai{path}: {what}"
-    return f"providers.openai: {message}"
-
-
-def _check_base_url(url: str) -> None:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigurationError(
-            f"providers.openai.base_url: {url!r} is not an http(s) URL with a host"
-        )
 
 
 # --- declarations ----------------------------------------------------------------------------
@@ -336,7 +284,7 @@ def endpoint_kind(base_url: str) -> str:
     host = (urlsplit(base_url).hostname or "").lower()
     if host == "api.openai.com":
         return "first_party"
-    if host in ("localhost", "::1") or host.startswith("127."):
+    if is_loopback(host):
         return "loopback"
     if "azure" in host or host.endswith(".microsoft.com"):
         return "azure"

@@ -1,0 +1,114 @@
+"""What the providers' configuration blocks (`providers.<name>`) share.
+
+Strict tables (an unknown key is an error naming it), reading a provider's block out of
+the whole configuration, validation errors spelled as configuration keys, the base URL
+rule, the user location of web search, and the three-valued `enable` of hosted tools.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any, Final, Literal, TypeVar
+from urllib.parse import urlsplit
+
+import msgspec
+
+from convstore.domain.errors import ConfigurationError
+
+__all__ = [
+    "ConfigBlock",
+    "HostedToolsBlock",
+    "PositiveInt",
+    "UserLocation",
+    "check_http_url",
+    "convert_block",
+    "is_loopback",
+    "provider_block",
+]
+
+PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
+
+
+class ConfigBlock(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A configuration table: unknown keys are errors, never ignored."""
+
+
+class UserLocation(ConfigBlock, frozen=True, kw_only=True):
+    """Where the user is, to localize web search results."""
+
+    type: Literal["approximate"] = "approximate"
+    city: str | None = None
+    region: str | None = None
+    country: str | None = None
+    """ISO 3166-1 alpha-2 code, e.g. `FR`."""
+    timezone: str | None = None
+    """IANA time zone, e.g. `Europe/Paris`."""
+
+
+class HostedToolsBlock(ConfigBlock, frozen=True, kw_only=True):
+    """`hosted_tools`: one table per hosted tool, each disabled unless `enable = true`.
+
+    A provider's subclass declares each tool as a field whose table has an `enable`."""
+
+    def setting(self, name: str) -> bool | None:
+        """The `enable` of hosted tool `name`: True, False, or None when not configured."""
+        tool = getattr(self, name) if name in self.__struct_fields__ else None
+        enable: bool | None = None if tool is None else tool.enable
+        return enable
+
+    def enabled(self) -> list[str]:
+        """The hosted tools enabled, in declaration order."""
+        return [name for name in self.__struct_fields__ if self.setting(name) is True]
+
+
+def provider_block(config: Mapping[str, Any], provider: str) -> Mapping[str, Any]:
+    """The table `config["providers"][provider]` (empty when absent)."""
+    providers = config.get("providers", {})
+    if not isinstance(providers, Mapping):
+        raise ConfigurationError("providers must be a table")
+    block = providers.get(provider, {})
+    if not isinstance(block, Mapping):
+        raise ConfigurationError(f"providers.{provider} must be a table")
+    return block
+
+
+B = TypeVar("B", bound=ConfigBlock)
+
+
+def convert_block(block: Mapping[str, Any], kind: type[B], provider: str) -> B:
+    """The typed view of the `providers.<provider>` table; ConfigurationError naming the
+    key when the table does not fit `kind`."""
+    try:
+        return msgspec.convert(dict(block), kind)
+    except msgspec.ValidationError as error:
+        raise ConfigurationError(_explain(str(error), f"providers.{provider}")) from None
+
+
+_UNKNOWN_FIELD: Final = re.compile(r"Object contains unknown field `([^`]*)`(?: - at `\$(.*)`)?")
+_AT: Final = re.compile(r"^(.*) - at `\$(.*)`$")
+
+
+def _explain(message: str, key: str) -> str:
+    """A msgspec validation message, with its `$…` path spelled as the config key."""
+    unknown = _UNKNOWN_FIELD.match(message)
+    if unknown:
+        field, path = unknown.group(1), unknown.group(2) or ""
+        return f"{key}{path}: unknown key {field!r} (see the {key} reference)"
+    located = _AT.match(message)
+    if located:
+        what, path = located.group(1), located.group(2)
+        return f"{key}{path}: {what}"
+    return f"{key}: {message}"
+
+
+def check_http_url(url: str, key: str) -> None:
+    """Raise ConfigurationError unless `url` (the value of `key`) is http(s) with a host."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigurationError(f"{key}: {url!r} is not an http(s) URL with a host")
+
+
+def is_loopback(host: str) -> bool:
+    """True for a loopback host name or address (a local test server or proxy)."""
+    return host in ("localhost", "::1") or host.startswith("127.")
