@@ -9,7 +9,9 @@ objects, no decoded copy of the text).
 Where we depart from the browser's reading, on purpose:
 
 - Invalid UTF-8 raises `SSEDecodeError` (with its byte offset) instead of becoming
-  U+FFFD: a recorder must not store text the provider never sent.
+  U+FFFD: a recorder must not store text the provider never sent. The events completed
+  before the bad byte are returned first, whatever the chunking: the error is raised by
+  the next call (`feed`, `feed_data` or `close`).
 - End of stream: the spec discards an event that no blank line closed. We are a
   recorder, so `SSEFramer.close()` still delivers it when it has a data line, with
   `complete=False`, and sets `SSEFramer.ended_mid_event`. An unterminated last line
@@ -87,6 +89,7 @@ class SSEFramer:
         "_data",
         "_event",
         "_event_retry",
+        "_failed",
         "_in_event",
         "_offset",
         "_size",
@@ -124,6 +127,7 @@ class SSEFramer:
         self._size = 0
         self._in_event = False  # a field line arrived since the last blank line
         self._spent = ""
+        self._failed: SSEDecodeError | None = None  # raised by the next call
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Frame the next piece of the stream; return the events it completed."""
@@ -133,7 +137,7 @@ class SSEFramer:
         try:
             text = str(head, "utf-8")
         except UnicodeDecodeError as exc:
-            raise self._bad_utf8(exc, start) from None
+            return self._lines(self._before_bad_utf8(head, exc, start).decode())
         events = self._lines(text)
         if self._tail_size and self._tail_size + self._size > self.max_event_bytes:
             raise self._too_large()
@@ -169,8 +173,8 @@ class SSEFramer:
         if not blocks.isascii():
             try:
                 str(blocks, "utf-8")  # validation only: the bytes are what we hand out
-            except UnicodeDecodeError as exc:
-                raise self._bad_utf8(exc, self._offset) from None
+            except UnicodeDecodeError:
+                return self._feed_data(chunk)  # the events before the bad byte, then the error
         if b"\r" in blocks:
             # CRLF line endings. A lone CR ends a line too: a data value must hold none.
             parts = _CRLF_DATA_BLOCK.split(blocks)
@@ -199,7 +203,8 @@ class SSEFramer:
             try:
                 str(head, "utf-8")  # validation only: the bytes are what we hand out
             except UnicodeDecodeError as exc:
-                raise self._bad_utf8(exc, start) from None
+                valid = self._before_bad_utf8(head, exc, start)
+                return self._data_lines(valid) if valid else []
         datas = self._data_lines(head)
         if self._tail_size and self._tail_size + self._size > self.max_event_bytes:
             raise self._too_large()
@@ -208,8 +213,7 @@ class SSEFramer:
     def _whole_lines(self, chunk: bytes, method: str) -> tuple[bytes, int]:
         """Take `chunk` in; return the whole lines it completes (b"" if none), undecoded,
         and their offset in the stream."""
-        if self._spent:
-            raise RuntimeError(f"SSEFramer.{method} after {self._spent}")
+        self._raise_spent(method)
         size = len(chunk)
         if self._skip_lf and size:
             self._skip_lf = False
@@ -255,10 +259,9 @@ class SSEFramer:
 
         Sets `ended_mid_event` when the stream did not end on an event boundary.
         """
-        if self._spent:
-            if self._spent == "close()":
-                return []
-            raise RuntimeError(f"SSEFramer.close() after {self._spent}")
+        if self._spent == "close()":
+            return []
+        self._raise_spent("close()")
         events: list[SSEEvent] = []
         ended_mid_line = False
         if self._tail:
@@ -286,6 +289,21 @@ class SSEFramer:
             events.append(self._dispatch(complete=False))
         self._spent = "close()"
         return events
+
+    def _raise_spent(self, method: str) -> None:
+        """Raise the error a previous call found (once), else refuse a spent framer."""
+        failed, self._failed = self._failed, None
+        if failed is not None:
+            raise failed
+        if self._spent:
+            raise RuntimeError(f"SSEFramer.{method} after {self._spent}")
+
+    def _before_bad_utf8(self, head: bytes, exc: UnicodeDecodeError, start: int) -> bytes:
+        """The whole lines of `head` before its invalid UTF-8 (read by the caller); the
+        error is kept for the next call, so the events before the bad byte are not lost."""
+        self._failed = self._bad_utf8(exc, start)
+        cut = max(head.rfind(b"\n", 0, exc.start), head.rfind(b"\r", 0, exc.start)) + 1
+        return head[:cut]
 
     def _normalized(self, text: str) -> str:
         """`text` without the stream's leading BOM, its line endings all LF."""

@@ -615,10 +615,12 @@ def test_feed_data_cap() -> None:
 def test_feed_data_invalid_utf8() -> None:
     framer = SSEFramer()
     assert framer.feed_data(b"data: a\n\n") == [b"a"]
+    # The event before the bad byte is delivered; the next call raises (scenario 13).
+    assert framer.feed_data(b"data: b\n\ndata: \xff\n\n") == [b"b"]
     with pytest.raises(SSEDecodeError, match=r"invalid UTF-8 at byte 24\b"):
-        framer.feed_data(b"data: b\n\ndata: \xff\n\n")
-    with pytest.raises(RuntimeError, match=r"feed_data\(\) after an SSEDecodeError"):
         framer.feed_data(b"data: c\n\n")
+    with pytest.raises(RuntimeError, match=r"feed_data\(\) after an SSEDecodeError"):
+        framer.feed_data(b"data: d\n\n")
 
 
 @given(streams())

@@ -35,7 +35,7 @@ class MalformedArray(DecodeError):
 class ArrayReader:
     """Splits a JSON array arriving in pieces into the bytes of its elements."""
 
-    __slots__ = ("_buffer", "_count", "_state", "_tried", "ended", "started")
+    __slots__ = ("_buffer", "_count", "_failed", "_state", "_tried", "ended", "started")
 
     def __init__(self) -> None:
         self._buffer = bytearray()
@@ -43,6 +43,8 @@ class ArrayReader:
         self._tried = 0
         """Bytes buffered for the current element at the last attempt that found it cut."""
         self._count = 0
+        self._failed: MalformedArray | None = None
+        """The error found after elements this piece completed: raised at the next call."""
         self.started = False
         """True once the opening bracket was read."""
         self.ended = False
@@ -60,8 +62,22 @@ class ArrayReader:
         return self._drain(final=True)
 
     def _drain(self, *, final: bool) -> list[bytes]:
-        buffer = self._buffer
+        """The elements the buffer completes. Malformed bytes after some of them raise
+        at the next call, so what came before them is never lost with them."""
+        if self._failed is not None:
+            raise self._failed
         out: list[bytes] = []
+        try:
+            return self._read(out, final=final)
+        except MalformedArray as error:
+            if not out:
+                raise
+            self._failed = error
+            return out
+
+    def _read(self, out: list[bytes], *, final: bool) -> list[bytes]:
+        """`_drain`'s work: whole elements go to `out` as they are found."""
+        buffer = self._buffer
         at = 0
         size = len(buffer)
         while True:

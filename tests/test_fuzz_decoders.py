@@ -1,0 +1,680 @@
+"""Seeded mutation fuzzing of the SSE framer and every provider decoder (issue 6, item 2).
+
+Reliability scenarios 11, 12, 13, 15, 21 and 23 (see RELIABILITY.md) on inputs no
+hand-written case reaches: every capture in `examples/*/` and, when present,
+`../shared/wire` is a seed; hypothesis mutates it structurally (events duplicated,
+dropped, reordered, spliced in from other captures and providers; JSON values replaced by
+hostile ones, grafted from other captures, retyped, removed, nudged out of range), then
+byte by byte (flips, insertions, truncation), and re-chunks it at random boundaries.
+
+The oracle, for each decoder entry point (`ProviderAdapter.decode`/`history` from the
+registry, each provider's `decode_stream`/`decode_message`/`decode_array`, and the SSE
+framer):
+
+- only the documented errors: `DecodeError` (its subclasses `SSEDecodeError` and
+  `HistoryMismatch` included); anything else is a decoder bug;
+- what decodes is recorded through the application service into a store, and the
+  aggregate must accept it (a refusal is a decoder bug), and chunking does not change it;
+- no hang: a hypothesis deadline per example, and on large inputs a CPU-time budget
+  proportional to their size;
+- bounded memory: on large mutated streams, the tracemalloc peak while decoding is at
+  most `MEMORY_FACTOR` times the largest unit held whole (a block's text, or an event's
+  data) plus a constant, the 4x the design targets.
+
+`make test` runs a fixed (derandomized) sample in well under a minute; the
+`@pytest.mark.soak` twins run many more random examples and print a reproduction blob.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from convstore.adapters.anthropic import decode as anthropic_decode
+from convstore.adapters.google import decode as google_decode
+from convstore.adapters.openai import decode as openai_decode
+from convstore.adapters.providers import PROVIDERS, adapter
+from convstore.adapters.recording import read_capture
+from convstore.adapters.sse import SSEDecodeError, SSEFramer, iter_events
+from convstore.domain.errors import DecodeError
+from convstore.domain.events import Event
+from convstore.domain.service import ConversationService
+from convstore.storage import Store, open_store
+
+ROOT: Final = Path(__file__).resolve().parents[1]
+EXAMPLES: Final = ROOT / "examples"
+WIRE: Final = ROOT.parent / "shared" / "wire"
+WIRE_FOLDERS: Final = {"anthropic": "anthropic", "openai": "openai", "google": "gemini"}
+"""Each provider's folder in `../shared/wire` (Gemini's is named after the API)."""
+MODEL_CALL: Final = re.compile(r"/messages$|/responses$|:(stream)?[gG]enerateContent$")
+"""The paths of model exchanges; the corpus's other exchanges (file set-up) are not seeds."""
+
+MEMORY_FACTOR: Final = 4
+"""Peak allocation while decoding ≤ this times the largest unit held whole (DESIGN.md, the
+100 MB figure: < 4x its largest block) …"""
+MEMORY_SLACK: Final = 4 * 1024 * 1024
+"""… plus this constant (interpreter and decoder set-up, small events, buffers)."""
+CPU_SECONDS_PER_MIB: Final = 1.0
+"""A hang check, not a speed test: decoders run at tens of MB/s, so this is ~50x slack."""
+CPU_SECONDS_BASE: Final = 5.0
+
+FAST: Final = settings(
+    derandomize=True,
+    database=None,
+    deadline=timedelta(seconds=2),
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+"""`make test`: the same examples every run (stable in CI), a generous per-example deadline."""
+SOAK: Final = settings(
+    database=None,
+    deadline=timedelta(seconds=2),
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+"""`make soak`: fresh random examples each run; a failure prints its reproduction blob."""
+
+
+# --- seeds ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Seed:
+    """One recorded model exchange: its response body, request body and HTTP status, and
+    the exchanges before it in its sequence (what a conversation holds before it)."""
+
+    provider: str
+    name: str
+    body: bytes
+    request: bytes | None
+    status: int | None
+    earlier: tuple[Path, ...]
+    """The earlier response files of the sequence, ingested unmutated before this one."""
+    earlier_request: Path | None
+    """The request file of the first earlier exchange (its history)."""
+
+
+def _exchanges(folder: Path) -> list[tuple[int, Path, Path | None, int | None, bool]]:
+    """(n, response file, request file, status, is a model call) of a sequence's exchanges."""
+    found = []
+    for response in folder.glob("*.response.*"):
+        n = response.name.split(".")[0]
+        meta_file = folder / f"{n}.meta.json"
+        meta = json.loads(meta_file.read_bytes()) if meta_file.exists() else {}
+        request = folder / f"{n}.request.json"
+        model_call = not meta.get("path") or bool(MODEL_CALL.search(meta["path"]))
+        status = meta.get("status")
+        found.append((int(n), response, request if request.exists() else None, status, model_call))
+    return sorted(found, key=lambda exchange: exchange[0])
+
+
+def _seeds() -> list[Seed]:
+    seeds: list[Seed] = []
+    for provider in PROVIDERS:
+        for root in (EXAMPLES / provider, WIRE / WIRE_FOLDERS[provider]):
+            if not root.is_dir():
+                continue
+            for folder in sorted(path for path in root.iterdir() if path.is_dir()):
+                exchanges = [x for x in _exchanges(folder) if x[4]]
+                for position, (_, response, request, status, _) in enumerate(exchanges):
+                    earlier = exchanges[:position]
+                    seeds.append(
+                        Seed(
+                            provider=provider,
+                            name=f"{root.parent.name}/{root.name}/{folder.name}/{response.name}",
+                            body=b"".join(read_capture(response)),
+                            request=request.read_bytes() if request else None,
+                            status=status,
+                            earlier=tuple(x[1] for x in earlier),
+                            earlier_request=earlier[0][2] if earlier else None,
+                        )
+                    )
+    return seeds
+
+
+SEEDS: Final = _seeds()
+SEEDS_OF: Final = {p: [s for s in SEEDS if s.provider == p] for p in PROVIDERS}
+
+
+# --- units: a body as SSE blocks (or one JSON document), and the JSON inside each -------------
+
+_BLOCK_END: Final = re.compile(rb"\r\n\r\n|\n\n")
+
+
+def _units(body: bytes) -> list[bytes]:
+    """An SSE body's blocks, each with the blank line that ends it; a JSON body whole."""
+    if not body.lstrip().startswith((b"event:", b"data:", b":", b"id:")):
+        return [body]
+    units, start = [], 0
+    for match in _BLOCK_END.finditer(body):
+        units.append(body[start : match.end()])
+        start = match.end()
+    if start < len(body):
+        units.append(body[start:])
+    return units
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """A unit's JSON (an SSE block's one data line, or a JSON body) and what surrounds it."""
+
+    before: bytes
+    value: Any
+    after: bytes
+    paths: tuple[tuple[Any, ...], ...]
+    dicts: tuple[tuple[Any, ...], ...]
+    ints: tuple[tuple[Any, ...], ...]
+    strings: tuple[tuple[Any, ...], ...]
+
+
+MAX_PATHS: Final = 4000
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(unit: bytes) -> Parsed | None:
+    """The unit's JSON with the paths to its nodes by kind, or None when it holds none."""
+    start = 0
+    if not unit.lstrip().startswith((b"{", b"[")):
+        match = re.search(rb"^data: ?", unit, re.MULTILINE)
+        if match is None:
+            return None
+        start = match.end()
+    end = unit.find(b"\n", start) if start else len(unit)
+    end = len(unit) if end < 0 else end
+    try:
+        value = json.loads(unit[start:end])
+    except (ValueError, RecursionError):
+        return None
+    paths: list[tuple[Any, ...]] = []
+    dicts: list[tuple[Any, ...]] = []
+    ints: list[tuple[Any, ...]] = []
+    strings: list[tuple[Any, ...]] = []
+    stack: list[tuple[tuple[Any, ...], Any]] = [((), value)]
+    while stack and len(paths) < MAX_PATHS:
+        path, node = stack.pop()
+        paths.append(path)
+        if isinstance(node, dict):
+            dicts.append(path)
+            stack.extend(((*path, key), child) for key, child in node.items())
+        elif isinstance(node, list):
+            stack.extend(((*path, index), child) for index, child in enumerate(node))
+        elif isinstance(node, int) and not isinstance(node, bool):
+            ints.append(path)
+        elif isinstance(node, str):
+            strings.append(path)
+    return Parsed(
+        unit[:start], value, unit[end:], tuple(paths), tuple(dicts), tuple(ints), tuple(strings)
+    )
+
+
+_SENTINEL: Final = "\ue000fuzz\ue000"
+_SENTINEL_JSON: Final = json.dumps(_SENTINEL, ensure_ascii=False).encode()
+
+
+def _get(value: Any, path: Sequence[Any]) -> Any:
+    for step in path:
+        value = value[step]
+    return value
+
+
+def _with(value: Any, path: Sequence[Any], new: Any) -> Any:
+    """`value` with the node at `path` replaced (copied along the path only); a `_DELETE`
+    marks the node removed from its parent."""
+    if not path:
+        return new
+    step, rest = path[0], path[1:]
+    copy = dict(value) if isinstance(value, dict) else list(value)
+    child = _with(value[step], rest, new)
+    if child is _DELETE:
+        del copy[step]
+    else:
+        copy[step] = child
+    return copy
+
+
+_DELETE: Final = object()
+
+
+def _encode(value: Any) -> bytes:
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _rebuilt(parsed: Parsed, path: Sequence[Any], raw: bytes | None) -> bytes:
+    """The unit with the node at `path` replaced by the JSON text `raw` (None: removed)."""
+    node = _DELETE if raw is None else _SENTINEL
+    text = _encode(_with(parsed.value, path, node))
+    if raw is not None:
+        text = text.replace(_SENTINEL_JSON, raw, 1)
+    return parsed.before + text + parsed.after
+
+
+# --- what a mutation puts in ------------------------------------------------------------------
+
+HOSTILE_VALUES: Final[tuple[bytes, ...]] = (
+    b"null",
+    b"true",
+    b"0",
+    b"-1",
+    b"1.5",
+    b"-0.0",
+    b"1e400",
+    b"-1e400",
+    b"1e308",
+    b"18446744073709551616",
+    b"-9223372036854775809",
+    b"9" * 400,
+    b'""',
+    b'"x"',
+    b"{}",
+    b"[]",
+    b"[{}]",
+    b"[null]",
+    b'{"type":null}',
+    b'{"type":"fuzz_unknown"}',
+    b'"\\ud800"',
+    b'"\\udc00\\ud800x"',
+    b'"\xff\xfe"',
+    b'"\xc0\xaf"',
+    b'"\xed\xa0\x80"',
+    b'"a\\u0000b"',
+    b'"\x1b]0;title\x07"',
+    b"[" * 3000 + b"]" * 3000,
+    b'{"a":' * 3000 + b"1" + b"}" * 3000,
+    b"[" * 100_000 + b"]" * 100_000,
+    b"[" * 50_000,
+)
+"""JSON values no provider sends: edge numbers, every type, lone surrogates, invalid
+UTF-8, control characters, deep nesting (closed and not)."""
+
+NUDGES: Final = (-1, 1, 2, -(2**31), 2**31, 2**63, 10**6, -(10**6), 10**30)
+"""What an integer is moved by: just out of range, or far out."""
+
+BYTES: Final = (b"\n", b"\r", b"\r\n", b"\n\n", b"\x00", b"\xff", b"\xc3", b"\xe2\x80", b"}", b"]")
+BYTES += (b'"', b"data: ", b"event: error\n", b":\n", b"\xef\xbb\xbf", b"\\", b"\\u")
+
+
+def _every_unit() -> list[bytes]:
+    return [unit for seed in SEEDS for unit in _units(seed.body)]
+
+
+def _types() -> tuple[str, ...]:
+    """Every `type` value the seeds hold: a node retyped as another known kind."""
+    found = {"fuzz_unknown", ""}
+    for unit in ALL_UNITS:
+        parsed = _parsed(unit)
+        if parsed is not None:
+            for path in parsed.dicts:
+                kind = _get(parsed.value, path).get("type")
+                if isinstance(kind, str):
+                    found.add(kind)
+    return tuple(sorted(found))
+
+
+def _grafts() -> tuple[bytes, ...]:
+    """Small JSON subtrees of every seed: what a node is replaced by to confuse its type."""
+    found: set[bytes] = set()
+    for unit in ALL_UNITS:
+        parsed = _parsed(unit)
+        if parsed is not None:
+            for path in parsed.paths:
+                node = _get(parsed.value, path)
+                if isinstance(node, dict | list) and node:
+                    text = _encode(node)
+                    if len(text) <= 2048:
+                        found.add(text)
+    return tuple(sorted(found))
+
+
+ALL_UNITS: Final = _every_unit()
+TYPES: Final = _types()
+GRAFTS: Final = _grafts()
+
+
+# --- mutations --------------------------------------------------------------------------------
+
+_index = st.integers(0, 2**16)
+
+
+def _value_ops() -> st.SearchStrategy[tuple[Any, ...]]:
+    """A change to one JSON node of one unit: (kind, unit, node, argument)."""
+    return st.one_of(
+        st.tuples(st.just("hostile"), _index, _index, st.sampled_from(HOSTILE_VALUES)),
+        st.tuples(st.just("graft"), _index, _index, _index),
+        st.tuples(st.just("drop_key"), _index, _index, st.none()),
+        st.tuples(st.just("dup_key"), _index, _index, st.sampled_from(HOSTILE_VALUES[:20])),
+        st.tuples(st.just("retype"), _index, _index, _index),
+        st.tuples(st.just("nudge"), _index, _index, st.sampled_from(NUDGES)),
+        st.tuples(st.just("resize"), _index, _index, st.integers(-8, 64)),
+    )
+
+
+def _event_ops() -> st.SearchStrategy[tuple[Any, ...]]:
+    """A change to the sequence of units: (kind, unit, other unit or seed unit)."""
+    kinds = st.sampled_from(("dup_unit", "drop_unit", "swap", "splice"))
+    return st.tuples(kinds, _index, _index)
+
+
+def _byte_ops() -> st.SearchStrategy[tuple[Any, ...]]:
+    """A change to the serialized bytes: (kind, position, argument)."""
+    return st.one_of(
+        st.tuples(st.just("flip"), _index, st.integers(0, 255)),
+        st.tuples(st.just("insert"), _index, st.sampled_from(BYTES)),
+        st.tuples(st.just("delete"), _index, st.integers(1, 64)),
+        st.tuples(st.just("cut"), _index, st.none()),
+    )
+
+
+def _apply_value(units: list[bytes], op: tuple[Any, ...]) -> None:
+    kind, at, node, argument = op
+    if not units:
+        return
+    at %= len(units)
+    parsed = _parsed(units[at])
+    if parsed is None:
+        return
+    pools = {"drop_key": parsed.paths[1:], "nudge": parsed.ints, "resize": parsed.strings}
+    candidates = pools.get(kind, parsed.dicts if kind in ("dup_key", "retype") else parsed.paths)
+    if kind == "drop_key":
+        candidates = tuple(p for p in candidates if isinstance(p[-1], str))
+    if not candidates:
+        return
+    path = candidates[node % len(candidates)]
+    current = _get(parsed.value, path)
+    raw: bytes | None
+    if kind == "hostile":
+        raw = argument
+    elif kind == "graft":
+        raw = GRAFTS[argument % len(GRAFTS)]
+    elif kind == "drop_key":
+        raw = None
+    elif kind == "dup_key":
+        if not current:
+            return
+        key = next(iter(current))
+        raw = b"{" + _encode(key) + b":" + argument + b"," + _encode(current)[1:]
+    elif kind == "retype":
+        raw = _encode({**current, "type": TYPES[argument % len(TYPES)]})
+    elif kind == "nudge":
+        raw = str(current + argument).encode()
+    else:  # resize: a string cut short, or repeated (offsets into it go out of range)
+        raw = _encode(current[: -argument or None] if argument <= 0 else current * argument)
+    units[at] = _rebuilt(parsed, path, raw)
+
+
+def _apply_event(units: list[bytes], op: tuple[Any, ...]) -> None:
+    kind, at, other = op
+    if kind == "splice":
+        units.insert(at % (len(units) + 1), ALL_UNITS[other % len(ALL_UNITS)])
+        return
+    if not units:
+        return
+    at %= len(units)
+    other %= len(units)
+    if kind == "dup_unit":
+        units.insert(other, units[at])
+    elif kind == "drop_unit":
+        del units[at]
+    else:
+        units[at], units[other] = units[other], units[at]
+
+
+def _apply_bytes(body: bytes, op: tuple[Any, ...]) -> bytes:
+    kind, at, argument = op
+    at %= len(body) + 1
+    if kind == "flip":
+        return body[:at] + bytes((argument,)) + body[at + 1 :]
+    if kind == "insert":
+        return body[:at] + argument + body[at:]
+    if kind == "delete":
+        return body[:at] + body[at + argument :]
+    return body[:at]
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """A mutated exchange of one seed, cut into chunks."""
+
+    seed: Seed
+    body: bytes
+    request: bytes | None
+    status: int | None
+    cuts: tuple[int, ...]
+
+    def chunks(self) -> list[bytes]:
+        """The body cut at `cuts` (empty chunks included: a reader may deliver them)."""
+        edges = (0, *sorted(c % (len(self.body) + 1) for c in self.cuts), len(self.body))
+        return [self.body[a:b] for a, b in itertools.pairwise(edges)]
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """How hypothesis prints a failing example: the bytes, and the seed's name only."""
+        printer.text(repr(self))
+
+    def __repr__(self) -> str:
+        return (
+            f"Mutant(seed={self.seed.name!r}, body={self.body!r}, request={self.request!r}, "
+            f"status={self.status!r}, cuts={self.cuts!r})"
+        )
+
+
+def mutate(
+    body: bytes, value_ops: Iterable[Any], event_ops: Iterable[Any], byte_ops: Iterable[Any]
+) -> bytes:
+    """`body` with the structured mutations applied, then the byte mutations."""
+    units = _units(body)
+    for op in event_ops:
+        _apply_event(units, op)
+    for op in value_ops:
+        _apply_value(units, op)
+    mutated = b"".join(units)
+    for op in byte_ops:
+        mutated = _apply_bytes(mutated, op)
+    return mutated
+
+
+@st.composite
+def mutants(draw: st.DrawFn, provider: str, *, request_ops: bool = True) -> Mutant:
+    """A seed of `provider`, mutated: events, JSON values and bytes, cut into chunks."""
+    seed = draw(st.sampled_from(SEEDS_OF[provider]))
+    body = mutate(
+        seed.body,
+        draw(st.lists(_value_ops(), max_size=4)),
+        draw(st.lists(_event_ops(), max_size=3)),
+        draw(st.lists(_byte_ops(), max_size=2)),
+    )
+    request = seed.request
+    if request is not None and request_ops:
+        request = mutate(request, draw(st.lists(_value_ops(), max_size=2)), (), ())
+    status = draw(st.sampled_from((seed.status, None, 200, 400, 500, 529)))
+    cuts = tuple(draw(st.lists(st.integers(0, 2**20), max_size=6)))
+    return Mutant(seed, body, request, status, cuts)
+
+
+# --- the oracle -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def store() -> Iterator[Store]:
+    """An in-memory SQLite store: decoded drafts are recorded through its service."""
+    with open_store("sqlite:///:memory:") as opened:
+        yield opened
+
+
+def decode_or_refuse(decode: Callable[[], Iterable[Event]]) -> list[Event] | None:
+    """The drafts `decode` yields, or None when it refuses the input with a DecodeError;
+    any other exception propagates (a decoder bug)."""
+    try:
+        return list(decode())
+    except DecodeError:
+        return None
+
+
+def record(service: ConversationService, drafts: list[Event]) -> None:
+    """Record drafts as one response of a new conversation: the aggregate must accept them."""
+    service.ingest(service.start("fuzz"), drafts)
+
+
+def check_decode(service: ConversationService, provider: str, mutant: Mutant) -> None:
+    """The registry's decode, chunked and whole: a DecodeError or drafts the store records,
+    the same either way."""
+    decode = adapter(provider).decode
+    chunked = decode_or_refuse(lambda: decode(mutant.chunks(), mutant.request, mutant.status))
+    whole = decode_or_refuse(lambda: decode(mutant.body, mutant.request, mutant.status))
+    assert chunked == whole
+    if chunked is not None:
+        record(service, chunked)
+
+
+DIRECT: Final[dict[str, tuple[Callable[..., Iterable[Event]], ...]]] = {
+    "anthropic": (anthropic_decode.decode_stream, anthropic_decode.decode_message),
+    "openai": (openai_decode.decode_stream, openai_decode.decode_message),
+    "google": (
+        google_decode.decode_stream,
+        google_decode.decode_array,
+        google_decode.decode_message,
+    ),
+}
+"""Each provider's decoders by body shape, called directly whatever the body's shape."""
+
+
+def check_direct(service: ConversationService, provider: str, mutant: Mutant) -> None:
+    """Each shape's decoder on any body: a DecodeError or drafts the store records."""
+    for decode in DIRECT[provider]:
+        given = mutant.body if decode.__name__ == "decode_message" else mutant.chunks()
+        drafts = decode_or_refuse(lambda d=decode, g=given: d(g))  # type: ignore[misc]
+        if drafts is not None:
+            record(service, drafts)
+
+
+def check_framer(body: bytes, chunks: Sequence[bytes], max_event_bytes: int) -> None:
+    """The framer's three readings agree, and raise nothing but SSEDecodeError."""
+
+    def read(feed: Callable[[SSEFramer, bytes], list[Any]]) -> list[str] | None:
+        framer = SSEFramer(max_event_bytes=max_event_bytes)
+        try:
+            out = [x for chunk in chunks for x in feed(framer, chunk)]
+            closed = framer.close()
+        except SSEDecodeError:
+            return None
+        datas = [x.data if hasattr(x, "data") else x.decode() for x in out]
+        return datas + [event.data for event in closed]
+
+    by_event = read(SSEFramer.feed)
+    by_data = read(SSEFramer.feed_data)
+    try:
+        whole: list[str] | None = [
+            e.data for e in iter_events([body], max_event_bytes=max_event_bytes)
+        ]
+    except SSEDecodeError:
+        whole = None
+    assert by_event == by_data == whole
+
+
+# --- the fuzz tests: a fixed sample for make test, many random examples under soak ------------
+
+ANY_MUTANT: Final = st.one_of([mutants(provider) for provider in PROVIDERS])
+FRAMED: Final = st.one_of([mutants(provider, request_ops=False) for provider in PROVIDERS])
+
+
+def fuzz_decode(store: Store, mutant: Mutant) -> None:
+    """Scenarios 23, 13, 11, 12: any mutation of a capture, through the registry's decode
+    with its (mutated) request and any status, is refused with DecodeError or decodes to
+    drafts the aggregate accepts; chunking does not change the result; each shape's
+    decoder, given any body, does the same."""
+    check_decode(store.service, mutant.seed.provider, mutant)
+    check_direct(store.service, mutant.seed.provider, mutant)
+
+
+def fuzz_framer(mutant: Mutant, max_event_bytes: int) -> None:
+    """Scenario 15: the framer on mutated captures of every provider, under any event cap:
+    `feed`, `feed_data` and `iter_events` agree, and raise nothing but SSEDecodeError."""
+    check_framer(mutant.body, mutant.chunks(), max_event_bytes)
+
+
+@settings(FAST, max_examples=450)
+@given(mutant=ANY_MUTANT)
+def test_mutated_captures_decode_or_raise_decode_error(store: Store, mutant: Mutant) -> None:
+    """Scenarios 23, 13, 11, 12 (see `fuzz_decode`)."""
+    fuzz_decode(store, mutant)
+
+
+@settings(FAST, max_examples=300)
+@given(mutant=FRAMED, max_event_bytes=st.sampled_from((1, 64, 4096, 2**26)))
+def test_mutated_captures_frame_alike(mutant: Mutant, max_event_bytes: int) -> None:
+    """Scenario 15 (see `fuzz_framer`)."""
+    fuzz_framer(mutant, max_event_bytes)
+
+
+@pytest.mark.soak
+@settings(SOAK, max_examples=6000)
+@given(mutant=ANY_MUTANT)
+def test_soak_mutated_captures_decode_or_raise_decode_error(store: Store, mutant: Mutant) -> None:
+    """Scenarios 23, 13, 11, 12, many random examples (see `fuzz_decode`)."""
+    fuzz_decode(store, mutant)
+
+
+@pytest.mark.soak
+@settings(SOAK, max_examples=3000)
+@given(mutant=FRAMED, max_event_bytes=st.sampled_from((1, 64, 4096, 2**26)))
+def test_soak_mutated_captures_frame_alike(mutant: Mutant, max_event_bytes: int) -> None:
+    """Scenario 15, many random examples (see `fuzz_framer`)."""
+    fuzz_framer(mutant, max_event_bytes)
+
+
+# --- regressions: what the fuzzer found, pinned --------------------------------------------------
+
+
+@pytest.mark.parametrize("whole", [True, False], ids=["whole", "chunked"])
+def test_a_bad_byte_after_an_array_element_keeps_the_elements_before_it(whole: bool) -> None:
+    """Scenario 13: a Gemini chunk array broken after its first element keeps that element,
+    whether the break arrives in the same read as the element or a later one (the whole
+    body used to be refused, as if nothing had arrived)."""
+    body = (
+        b'[{"candidates":[{"content":{"role":"model","parts":[{"text":"kept"}]}}],'
+        b'"responseId":"r1"}\x00,{"candidates":[]}]'
+    )
+    cut = body.index(b"\x00")
+    given = body if whole else [body[:cut], body[cut:]]
+    drafts = list(adapter("google").decode(given, None, None))
+    assert [type(d).__name__ for d in drafts] == [
+        "ResponseStarted",
+        "AssistantText",
+        "ResponseEnded",
+    ]
+    assert getattr(drafts[1], "text", None) == "kept"
+    assert getattr(drafts[-1], "state", None) == "abandoned"
+
+
+ROUND_TRIP: Final = {
+    "anthropic": "thinking_tool_roundtrip",
+    "openai": "reasoning_function_roundtrip",
+    "google": "thinking_function_roundtrip",
+}
+"""Each provider's example whose first response is a stream of several events."""
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n"])
+def test_invalid_utf8_late_in_a_read_keeps_the_events_before_it(provider: str, eol: bytes) -> None:
+    """Scenario 13: a stream with an invalid UTF-8 byte decodes to the same drafts whether
+    the events before the byte arrive in the same read or an earlier one; the response
+    ends at the bad byte with what came before it kept (a whole body used to lose it all)."""
+    units = _units((EXAMPLES / provider / ROUND_TRIP[provider] / "1.response.sse").read_bytes())
+    body = b"".join(units[:3]).replace(b"\r\n", b"\n").replace(b"\n", eol) + b"data: \x80" + eol * 2
+    decode = adapter(provider).decode
+    whole = list(decode(body, None, None))
+    chunked = list(decode([body[: body.index(b"\x80")], body[body.index(b"\x80") :]], None, None))
+    assert whole == chunked
+    assert len(whole) > 2  # the events before the bad byte made drafts
+    assert "invalid UTF-8" in msgspec.json.encode(whole[-1]).decode()
