@@ -28,12 +28,10 @@ from convstore.adapters.bodies import with_stream
 from convstore.adapters.http import (
     DEFAULT_MAX_BODY_BYTES,
     HTTPStream,
+    ProviderClient,
     RetryPolicy,
     Timeouts,
-    Transport,
-    api_key_from_env,
 )
-from convstore.domain.errors import ConfigurationError
 
 __all__ = ["API_KEY_VARIABLE", "API_VERSION", "DEFAULT_BASE_URL", "AnthropicClient"]
 
@@ -42,8 +40,13 @@ API_VERSION: Final = "2023-06-01"
 API_KEY_VARIABLE: Final = "ANTHROPIC_API_KEY"
 
 
-class AnthropicClient:
+class AnthropicClient(ProviderClient):
     """A client of `POST {base_url}/v1/messages`, streamed or not."""
+
+    provider = "anthropic"
+    title = "Anthropic"
+    key_variables = (API_KEY_VARIABLE,)
+    default_base_url = DEFAULT_BASE_URL
 
     def __init__(
         self,
@@ -55,32 +58,14 @@ class AnthropicClient:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         betas: Sequence[str] = (),
     ) -> None:
-        key = api_key.strip() if api_key is not None else api_key_from_env(API_KEY_VARIABLE)
-        if not key:
-            raise ConfigurationError(f"the Anthropic API key is empty: set {API_KEY_VARIABLE}")
-        self.base_url = base_url.rstrip("/")
-        self._headers = {"x-api-key": key, "anthropic-version": API_VERSION}
+        super().__init__(
+            base_url, api_key, timeouts=timeouts, retry=retry, max_body_bytes=max_body_bytes
+        )
         if betas:
             self._headers["anthropic-beta"] = ",".join(betas)
-        self._transport = Transport(
-            provider="anthropic",
-            timeouts=timeouts,
-            retry=retry,
-            max_body_bytes=max_body_bytes,
-        )
 
-    def __repr__(self) -> str:
-        return f"AnthropicClient(base_url={self.base_url!r})"
-
-    def close(self) -> None:
-        """Close the pooled connections."""
-        self._transport.close()
-
-    def __enter__(self) -> AnthropicClient:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    def _key_headers(self, key: str) -> dict[str, str]:
+        return {"x-api-key": key, "anthropic-version": API_VERSION}
 
     @contextmanager
     def stream_message(self, body: bytes) -> Iterator[HTTPStream]:
@@ -90,10 +75,8 @@ class AnthropicClient:
         `.interrupted` set, when the connection drops. Raises ProviderHTTPError,
         ProviderUnavailable or DecodeError (see `adapters.http`).
         """
-        with self._transport.post_stream(
-            self._url,
-            headers={**self._headers, "accept": "text/event-stream", **_JSON},
-            body=with_stream(body, stream=True, provider="Anthropic"),
+        with self._post_stream(
+            self._url, with_stream(body, stream=True, provider="Anthropic")
         ) as stream:
             yield stream
 
@@ -103,15 +86,8 @@ class AnthropicClient:
         Raises StreamInterrupted if the connection drops mid-body, otherwise as
         `stream_message`.
         """
-        return self._transport.post(
-            self._url,
-            headers={**self._headers, "accept": "application/json", **_JSON},
-            body=with_stream(body, stream=False, provider="Anthropic"),
-        )
+        return self._post(self._url, with_stream(body, stream=False, provider="Anthropic"))
 
     @property
     def _url(self) -> str:
         return f"{self.base_url}/v1/messages"
-
-
-_JSON: Final = {"content-type": "application/json"}

@@ -28,61 +28,28 @@ from contextlib import contextmanager
 from typing import Final
 
 from convstore.adapters.google.config import DEFAULT_BASE_URL, check_base_url, model_path
-from convstore.adapters.http import (
-    DEFAULT_MAX_BODY_BYTES,
-    HTTPStream,
-    RetryPolicy,
-    Timeouts,
-    Transport,
-    api_key_from_env,
-)
-from convstore.domain.errors import ConfigurationError
+from convstore.adapters.http import HTTPStream, ProviderClient
 
 __all__ = ["API_KEY_VARIABLES", "DEFAULT_BASE_URL", "GeminiClient"]
 
 API_KEY_VARIABLES: Final = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
 """Where the key is read from, in order."""
 
-_JSON: Final = {"content-type": "application/json"}
 
-
-class GeminiClient:
+class GeminiClient(ProviderClient):
     """A client of `POST {base_url}/models/{model}:streamGenerateContent` and
     `:generateContent`."""
 
-    def __init__(
-        self,
-        base_url: str = DEFAULT_BASE_URL,
-        api_key: str | None = None,
-        *,
-        timeouts: Timeouts | None = None,
-        retry: RetryPolicy | None = None,
-        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-    ) -> None:
-        check_base_url(base_url)
-        key = api_key.strip() if api_key is not None else api_key_from_env(*API_KEY_VARIABLES)
-        if not key:
-            raise ConfigurationError(
-                f"the Gemini API key is empty: set {' or '.join(API_KEY_VARIABLES)}"
-            )
-        self.base_url = base_url.rstrip("/")
-        self._headers = {"x-goog-api-key": key}
-        self._transport = Transport(
-            provider="google", timeouts=timeouts, retry=retry, max_body_bytes=max_body_bytes
-        )
+    provider = "google"
+    title = "Gemini"
+    key_variables = API_KEY_VARIABLES
+    default_base_url = DEFAULT_BASE_URL
 
-    def __repr__(self) -> str:
-        return f"GeminiClient(base_url={self.base_url!r})"
+    def _check_base_url(self, url: str) -> None:
+        check_base_url(url)
 
-    def close(self) -> None:
-        """Close the pooled connections."""
-        self._transport.close()
-
-    def __enter__(self) -> GeminiClient:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    def _key_headers(self, key: str) -> dict[str, str]:
+        return {"x-goog-api-key": key}
 
     def url(self, model: str, *, stream: bool = True) -> str:
         """The method's URL (never holding the key). Raises ConfigurationError for a model
@@ -97,11 +64,7 @@ class GeminiClient:
         `.interrupted` set, when the connection drops. Raises ProviderHTTPError,
         ProviderUnavailable or DecodeError (see `adapters.http`).
         """
-        with self._transport.post_stream(
-            self.url(model, stream=True),
-            headers={**self._headers, "accept": "text/event-stream", **_JSON},
-            body=body,
-        ) as stream:
+        with self._post_stream(self.url(model, stream=True), body) as stream:
             yield stream
 
     def generate_content(self, model: str, body: bytes) -> bytes:
@@ -110,8 +73,4 @@ class GeminiClient:
         Raises StreamInterrupted if the connection drops mid-body, otherwise as
         `stream_generate_content`.
         """
-        return self._transport.post(
-            self.url(model, stream=False),
-            headers={**self._headers, "accept": "application/json", **_JSON},
-            body=body,
-        )
+        return self._post(self.url(model, stream=False), body)

@@ -26,59 +26,24 @@ from contextlib import contextmanager
 from typing import Final
 
 from convstore.adapters.bodies import with_stream
-from convstore.adapters.http import (
-    DEFAULT_MAX_BODY_BYTES,
-    HTTPStream,
-    RetryPolicy,
-    Timeouts,
-    Transport,
-    api_key_from_env,
-)
+from convstore.adapters.http import HTTPStream, ProviderClient
 from convstore.adapters.openai.config import DEFAULT_BASE_URL
-from convstore.domain.errors import ConfigurationError
 
 __all__ = ["API_KEY_VARIABLE", "DEFAULT_BASE_URL", "OpenAIClient"]
 
 API_KEY_VARIABLE: Final = "OPENAI_API_KEY"
-_JSON: Final = {"content-type": "application/json"}
 
 
-class OpenAIClient:
+class OpenAIClient(ProviderClient):
     """A client of `POST {base_url}/responses`, streamed or not."""
 
-    def __init__(
-        self,
-        base_url: str = DEFAULT_BASE_URL,
-        api_key: str | None = None,
-        *,
-        timeouts: Timeouts | None = None,
-        retry: RetryPolicy | None = None,
-        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-    ) -> None:
-        key = api_key.strip() if api_key is not None else api_key_from_env(API_KEY_VARIABLE)
-        if not key:
-            raise ConfigurationError(f"the OpenAI API key is empty: set {API_KEY_VARIABLE}")
-        self.base_url = base_url.rstrip("/")
-        self._headers = {"authorization": f"Bearer {key}"}
-        self._transport = Transport(
-            provider="openai",
-            timeouts=timeouts,
-            retry=retry,
-            max_body_bytes=max_body_bytes,
-        )
+    provider = "openai"
+    title = "OpenAI"
+    key_variables = (API_KEY_VARIABLE,)
+    default_base_url = DEFAULT_BASE_URL
 
-    def __repr__(self) -> str:
-        return f"OpenAIClient(base_url={self.base_url!r})"
-
-    def close(self) -> None:
-        """Close the pooled connections."""
-        self._transport.close()
-
-    def __enter__(self) -> OpenAIClient:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    def _key_headers(self, key: str) -> dict[str, str]:
+        return {"authorization": f"Bearer {key}"}
 
     @contextmanager
     def stream_response(self, body: bytes) -> Iterator[HTTPStream]:
@@ -88,10 +53,8 @@ class OpenAIClient:
         `.interrupted` set, when the connection drops. Raises ProviderHTTPError,
         ProviderUnavailable or DecodeError (see `adapters.http`).
         """
-        with self._transport.post_stream(
-            self._url,
-            headers={**self._headers, "accept": "text/event-stream", **_JSON},
-            body=with_stream(body, stream=True, provider="OpenAI"),
+        with self._post_stream(
+            self._url, with_stream(body, stream=True, provider="OpenAI")
         ) as stream:
             yield stream
 
@@ -101,11 +64,7 @@ class OpenAIClient:
         Raises StreamInterrupted if the connection drops mid-body, otherwise as
         `stream_response`.
         """
-        return self._transport.post(
-            self._url,
-            headers={**self._headers, "accept": "application/json", **_JSON},
-            body=with_stream(body, stream=False, provider="OpenAI"),
-        )
+        return self._post(self._url, with_stream(body, stream=False, provider="OpenAI"))
 
     @property
     def _url(self) -> str:
