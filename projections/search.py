@@ -92,6 +92,7 @@ from convstore.domain.errors import ConvstoreError
 from convstore.domain.vocabulary import ConversationId, TurnId
 from convstore.projections.follower import Follower, Positioned, TrackedProjection
 from convstore.storage.recorder import ConversationRecorder
+from convstore.storage.upcasting import UPCASTERS, upcast
 
 if TYPE_CHECKING:
     from convstore.storage import Store
@@ -213,9 +214,22 @@ class Indexed(msgspec.Struct):
     input: dict[str, Any] = {}
 
 
-read_event = msgspec.json.Decoder(Indexed).decode
+_read_indexed = msgspec.json.Decoder(Indexed).decode
 _encode = msgspec.json.encode
-"""Stored event bytes → `Indexed`."""
+
+
+def read_event(state: bytes) -> Indexed:
+    """Stored event bytes → `Indexed`; a record of an earlier schema version is upcast first.
+
+    `Indexed` reads any tag, so an earlier version is told by its tag being registered
+    with an upcaster (a lookup in an empty dict while there is none), not by a failure.
+    """
+    event = _read_indexed(state)
+    if event.type in UPCASTERS:
+        current = upcast(state)
+        if current is not None:
+            return _read_indexed(current)
+    return event
 
 
 def _strings(value: Any, into: list[str]) -> None:

@@ -3,6 +3,8 @@
 eventsourcing's `Transcoder` is never told an event's type, so typed decoding happens here,
 in a `Mapper` of our own: one module-level decoder over the tagged union of every event
 type is the validation boundary. Provider payload bytes are embedded in the record as-is.
+A record that decoder refuses is tried once more through `upcasting` (a record of an
+earlier schema version), so today's records decode exactly as fast as without it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from eventsourcing.utils import get_topic
 
 from convstore.domain.errors import EventTooLarge, IntegrityError
 from convstore.domain.events import ConversationEvent, Event
+from convstore.storage.upcasting import upcast
 
 DEFAULT_MAX_EVENT_BYTES = 64 * 1024 * 1024
 
@@ -117,16 +120,31 @@ class EventMapper(Mapper[UUID]):
         )
 
     def to_domain_event(self, stored_event: StoredEvent) -> Any:
-        """Decode one stored record into its typed event."""
-        try:
-            return _decode(stored_event.state)
-        except (msgspec.DecodeError, RecursionError) as error:
-            raise IntegrityError(f"stored event cannot be decoded: {error}") from None
-
-    @staticmethod
-    def decode(state: bytes) -> ConversationEvent:
-        """Decode stored bytes; raises IntegrityError for bytes that are not an event."""
+        """Decode one stored record into its typed event (upcast if of an earlier version)."""
+        state = stored_event.state
         try:
             return _decode(state)
         except (msgspec.DecodeError, RecursionError) as error:
-            raise IntegrityError(f"stored event cannot be decoded: {error}") from None
+            return _decode_earlier(state, error)
+
+    @staticmethod
+    def decode(state: bytes) -> ConversationEvent:
+        """Decode stored bytes (upcast if of an earlier version); raises IntegrityError for
+        bytes that are not an event."""
+        try:
+            return _decode(state)
+        except (msgspec.DecodeError, RecursionError) as error:
+            return _decode_earlier(state, error)
+
+
+def _decode_earlier(state: bytes, error: Exception) -> ConversationEvent:
+    """Bytes today's decoder refused (`error`): upcast, or raise IntegrityError."""
+    current = upcast(state)
+    if current is None:
+        raise IntegrityError(f"stored event cannot be decoded: {error}") from None
+    try:
+        return _decode(current)
+    except (msgspec.DecodeError, RecursionError) as upcast_error:
+        raise IntegrityError(
+            f"stored event cannot be decoded once upcast: {upcast_error}"
+        ) from None
