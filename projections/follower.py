@@ -42,7 +42,8 @@ from typing import Any
 import msgspec
 from eventsourcing.persistence import Notification, Subscription
 
-from convstore.storage.errors import IntegrityError, OperationalError, TrackingConflict
+from convstore.domain.errors import IntegrityError
+from convstore.storage.errors import OperationalError, TrackingConflict
 from convstore.storage.mapper import EventMapper
 from convstore.storage.recorder import ConversationRecorder
 
