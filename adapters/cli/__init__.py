@@ -20,7 +20,15 @@ from collections.abc import Sequence
 
 from convstore.adapters import render
 from convstore.adapters.cli import conversations, index, integrity, record
-from convstore.adapters.cli.registry import COMMANDS, ENV_DEBUG, ENV_URL, PROG, Command, Session
+from convstore.adapters.cli.registry import (
+    COMMANDS,
+    ENV_DEBUG,
+    ENV_URL,
+    PROG,
+    Command,
+    LogLines,
+    Session,
+)
 from convstore.adapters.render import Renderer, TextStream
 from convstore.domain.errors import ConvstoreError
 
@@ -74,7 +82,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.db or os.environ.get(ENV_URL) or None, out, err, getattr(args, "cfg", ())
     )
     try:
-        code: int = args.run(args, session)
+        with LogLines(err):  # every command's log lines reach stderr sanitized
+            code: int = args.run(args, session)
         out.flush()
         return code
     except ConvstoreError as error:

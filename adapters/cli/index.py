@@ -8,7 +8,6 @@ import msgspec
 
 from convstore.adapters import render
 from convstore.adapters.cli.registry import (
-    LogLines,
     Progress,
     Session,
     command,
@@ -78,8 +77,7 @@ def search_command(args: argparse.Namespace, session: Session) -> int:
     if args.catch_up:
         progress = Progress(session.err, "indexing")
         try:
-            with LogLines(session.err):
-                keeper.catch_up(progress=lambda done, left: progress("events", done, done + left))
+            keeper.catch_up(progress=lambda done, left: progress("events", done, done + left))
         finally:
             progress.clear()
     elif lag := keeper.lag():
@@ -104,10 +102,9 @@ def reindex_command(args: argparse.Namespace, session: Session) -> int:
 
     progress = Progress(session.err, "reindex")
     try:
-        with LogLines(session.err):
-            report = search.follower(session.store).rebuild(
-                progress=lambda done, left: progress("events", done, done + left)
-            )
+        report = search.follower(session.store).rebuild(
+            progress=lambda done, left: progress("events", done, done + left)
+        )
     finally:
         progress.clear()
     _projection_report(session, report, args.json)
@@ -144,10 +141,9 @@ def project_command(args: argparse.Namespace, session: Session) -> int:
     if not args.follow:
         progress = Progress(session.err, "project")
         try:
-            with LogLines(session.err):
-                report = follower.catch_up(
-                    progress=lambda done, left: progress("events", done, done + left)
-                )
+            report = follower.catch_up(
+                progress=lambda done, left: progress("events", done, done + left)
+            )
         finally:
             progress.clear()
         _projection_report(session, report, args.json)
@@ -160,12 +156,11 @@ def project_command(args: argparse.Namespace, session: Session) -> int:
         except ValueError:  # not the main thread: interrupt it some other way
             break
     try:
-        with LogLines(session.err):
-            follower.follow(
-                stop,
-                interval=args.interval,
-                on_batch=lambda report: _projection_report(session, report, args.json),
-            )
+        follower.follow(
+            stop,
+            interval=args.interval,
+            on_batch=lambda report: _projection_report(session, report, args.json),
+        )
     finally:
         for number, handler in handlers.items():
             signal.signal(number, handler)
