@@ -84,6 +84,43 @@ def test_nothing_injected_reaches_the_terminal_and_the_stored_bytes_stay(
     assert code == 0, printed
     assert "previous_response_id" in printed  # the log line reached stderr
     assert INJECTED.findall(printed) == []
+    # A warning quoting hostile response and item ids (a citation range off its text).
+    cited = {
+        "type": "output_text",
+        "text": "short",
+        "annotations": [
+            {
+                "type": "url_citation",
+                "url": "https://example.org/",
+                "start_index": 0,
+                "end_index": 99,
+                "title": "t",
+            }
+        ],
+    }
+    item = {
+        "id": f"msg_{OSC_TITLE}",
+        "type": "message",
+        "status": "completed",
+        "role": "assistant",
+        "content": [cited],
+    }
+    odd = tmp_path / "2.response.json"
+    odd.write_text(
+        json.dumps(
+            {
+                "id": f"resp_{OSC_TITLE}",
+                "object": "response",
+                "status": "completed",
+                "model": "gpt-5.1",
+                "output": [item],
+            }
+        )
+    )
+    code, printed = _run(capsys, "--db", store_url, "ingest", "--provider", "openai", str(odd))
+    assert code == 0, printed
+    assert "does not lie in its text" in printed
+    assert INJECTED.findall(printed) == []
 
     with open_store(store_url) as store:
         stored = list(store.service.events(conversation))
