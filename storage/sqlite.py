@@ -433,7 +433,11 @@ class SQLiteRecorder(ConversationRecorder):
 
 
 class _Transaction:
-    """`BEGIN IMMEDIATE` … `COMMIT`, rolled back on any error."""
+    """`BEGIN IMMEDIATE` … `COMMIT`, rolled back on any error, a failed commit's included.
+
+    SQLite may have rolled the transaction back itself (a full disk, an I/O error): then
+    there is nothing left to roll back, and the error that did it is the one raised.
+    """
 
     def __init__(self, connection: sqlite3.Connection) -> None:
         self.connection = connection
@@ -444,7 +448,10 @@ class _Transaction:
         return cursor
 
     def __exit__(self, kind: object, error: object, traceback: object) -> None:
-        if kind is None:
-            self.connection.execute("COMMIT")
-        else:
-            self.connection.execute("ROLLBACK")
+        connection = self.connection
+        try:
+            if kind is None:
+                connection.execute("COMMIT")
+        finally:
+            if connection.in_transaction:  # an error, or a COMMIT that failed
+                connection.execute("ROLLBACK")
