@@ -7,6 +7,8 @@ contract tests and callers recognise it).
     StorageError
     ├── InterfaceError      the connection or driver was misused or is closed
     ├── OperationalError    the database is busy, unreachable, full, or went away
+    │   ├── StorageFull       the disk (or the size limit) is full
+    │   └── ConnectionLost    the server ended the session or went away mid-call
     ├── IntegrityError      a unique key was violated (a version or tracking position taken)
     │   └── TrackingConflict  a projection's position moved under a view transaction
     ├── DataError           a value the database cannot store
@@ -31,6 +33,14 @@ class InterfaceError(StorageError, es.InterfaceError):
 
 class OperationalError(StorageError, es.OperationalError):
     """The database is busy, unreachable, full, or went away."""
+
+
+class StorageFull(OperationalError):
+    """The disk, or the database's size limit, is full: nothing of the write was stored."""
+
+
+class ConnectionLost(OperationalError):
+    """The connection to the database broke: the server ended the session or went away."""
 
 
 class IntegrityError(StorageError, es.IntegrityError):
@@ -65,8 +75,39 @@ _BY_NAME: dict[str, type[StorageError]] = {
 }
 
 
+_LOST_STATES = frozenset({"57P01", "57P02", "08003", "08006", "08007"})
+"""SQLSTATEs of a session the server ended: admin or crash shutdown, connection failure,
+no connection, transaction resolution unknown."""
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def storage_full(error: BaseException) -> StorageFull:
+    """The error a full disk or size limit becomes, saying what to do."""
+    return StorageFull(
+        f"the database is full ({_first_line(error)}): nothing of this write was stored; "
+        "free disk space and retry"
+    )
+
+
+def connection_lost(error: BaseException) -> ConnectionLost:
+    """The error a broken connection becomes, saying what became of the write."""
+    return ConnectionLost(
+        f"the database connection was lost ({_first_line(error)}): a write under way was "
+        "committed whole or not at all; reload and retry"
+    )
+
+
 def translate(error: BaseException) -> StorageError:
     """The most specific storage error for a driver's PEP 249 exception (any driver)."""
+    state = getattr(error, "sqlstate", None)  # psycopg
+    if getattr(error, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or state == "53100":
+        return storage_full(error)
+    if state in _LOST_STATES:
+        return connection_lost(error)
     for cls in type(error).__mro__:
         mapped = _BY_NAME.get(cls.__name__)
         if mapped is not None:

@@ -36,9 +36,9 @@ PSYCOPG: Table = [
     (pg.QueryCanceled, errors.OperationalError),
     (pg.DeadlockDetected, errors.OperationalError),
     (pg.SerializationFailure, errors.OperationalError),
-    (pg.AdminShutdown, errors.OperationalError),
+    (pg.AdminShutdown, errors.ConnectionLost),  # the server ended the session
     (pg.TooManyConnections, errors.OperationalError),
-    (pg.DiskFull, errors.OperationalError),
+    (pg.DiskFull, errors.StorageFull),
     (psycopg.OperationalError, errors.OperationalError),  # connection refused or lost
     (psycopg.InterfaceError, errors.InterfaceError),
     (pg.InvalidTextRepresentation, errors.DataError),
@@ -57,6 +57,8 @@ PSYCOPG: Table = [
 PEP_249 = {
     errors.InterfaceError: es.InterfaceError,
     errors.OperationalError: es.OperationalError,
+    errors.StorageFull: es.OperationalError,
+    errors.ConnectionLost: es.OperationalError,
     errors.IntegrityError: es.IntegrityError,
     errors.DataError: es.DataError,
     errors.ProgrammingError: es.ProgrammingError,
