@@ -14,7 +14,9 @@ databases past that.
 The write path is one round trip: the function takes the batch as arrays, inserts it with
 `unnest` and returns the ids, also replacing a snapshot and advancing a tracking record in
 the same implicit transaction, and notifies listeners (`subscribe`). Each thread has its
-own autocommit connection; a broken connection is replaced on the next call. Waiting for
+own autocommit connection. One the server ended while it sat idle is noticed and replaced
+before the next call; one that breaks during a call raises `ConnectionLost` (its
+transaction committed whole or not at all) and is replaced on the next. Waiting for
 the lock is bounded by `lock_timeout`, after which a typed `OperationalError` is raised.
 
 Tracking keeps one row per projection (its newest position), advanced by an upsert that
@@ -46,6 +48,7 @@ from convstore.storage.errors import (
     OperationalError,
     ProgrammingError,
     TrackingConflict,
+    connection_lost,
     translating,
 )
 from convstore.storage.recorder import ConversationRecorder, FirstEvent, SnapshotRecord
@@ -153,26 +156,42 @@ class PostgresRecorder(ConversationRecorder):
 
     def _connection(self) -> Connection:
         connection: Connection | None = getattr(self._local, "connection", None)
-        if connection is None or connection.closed:
+        if connection is not None and not _open(connection):
+            self._discard(connection)
+            connection = None
+        if connection is None:
             connection = self._connect()
             self._local.connection = connection
             with self._guard:
                 self._connections.append(connection)
         return connection
 
+    def _discard(self, connection: Connection) -> None:
+        """Forget a connection that broke (closing what is left of it)."""
+        connection.close()
+        self._local.connection = None
+        with self._guard:
+            if connection in self._connections:
+                self._connections.remove(connection)
+
     @contextmanager
     def _using(self) -> Iterator[Connection]:
-        """This thread's connection, with driver errors translated; a broken one is dropped."""
+        """This thread's connection, with driver errors translated; a broken one is dropped.
+
+        A connection that breaks under the call raises `ConnectionLost`: what the call was
+        writing, one transaction, was committed whole or not at all.
+        """
         with translating():
             connection = self._connection()
             try:
                 yield connection
+            except psycopg.Error as error:
+                if connection.closed:
+                    raise connection_lost(error) from error
+                raise
             finally:
                 if connection.closed:
-                    self._local.connection = None
-                    with self._guard:
-                        if connection in self._connections:
-                            self._connections.remove(connection)
+                    self._discard(connection)
 
     def _create_tables(self) -> None:
         with self._using() as connection:
@@ -193,6 +212,12 @@ class PostgresRecorder(ConversationRecorder):
                             s=s, channel=channel, append=sql.Identifier(_APPEND)
                         )
                     )
+
+    def release(self) -> None:
+        """Close the calling thread's connection: for a thread that ends before the recorder."""
+        connection: Connection | None = getattr(self._local, "connection", None)
+        if connection is not None:
+            self._discard(connection)
 
     def close(self) -> None:
         """Close every thread's connection."""
@@ -488,6 +513,24 @@ _STATEMENTS = {
 }
 
 
+def _open(connection: Connection) -> bool:
+    """Whether an idle connection is still open: False once the server has ended it.
+
+    A session the server ended between calls (an administrator, an idle timeout, a
+    restart) left its farewell and then end-of-file in the socket; reading what has
+    arrived, without waiting, finds them (a microsecond when nothing has), so the next
+    call gets a new connection instead of the error, and no write is lost to it.
+    """
+    if connection.closed:
+        return False
+    try:
+        for _ in range(2):  # the server's last message, then end-of-file
+            connection.pgconn.consume_input()
+    except psycopg.OperationalError:
+        return False
+    return not connection.closed
+
+
 def _signature(schema: str) -> str:
     """The append function's signature, for `to_regprocedure`."""
     quoted = '"' + schema.replace('"', '""') + '"'
@@ -509,6 +552,18 @@ class PostgresSubscription(ListenNotifySubscription[PostgresRecorder]):
             super().__exit__(*args, **kwargs)
         finally:
             self._listen_thread.join()
+
+    def _loop_on_pull(self) -> None:
+        """eventsourcing's pull loop, in a thread of its own whose connection ends with it.
+
+        Without the release, each subscription left its pull thread's connection open
+        until the recorder closed: a follower resubscribing for days ran the server out
+        of connections.
+        """
+        try:
+            super()._loop_on_pull()
+        finally:
+            self._recorder.release()
 
     def _listen(self) -> None:
         recorder = self._recorder
