@@ -233,7 +233,7 @@ def _response(rid: str, *texts: str) -> list[Event]:
 
 @pytest.mark.postgres
 def test_ingest_killed_mid_transaction_can_be_ingested_again(victim: Victim) -> None:
-    """An ingest whose commit is cut: nothing stored, so the same response records whole."""
+    """RELIABILITY 3 after a cut commit: nothing stored, so the same response records whole."""
     with open_store(victim.url) as store:
         service = store.service
         cid = service.start("ingest")
@@ -292,7 +292,7 @@ def test_search_follower_killed_between_view_write_and_commit(victim: Victim) ->
 
 @pytest.mark.postgres
 def test_connection_killed_while_idle_is_replaced_before_the_next_call(victim: Victim) -> None:
-    """A session the server ended between calls costs no call an error: writes included."""
+    """RELIABILITY 25, a server that went away: the next call, a write too, reconnects."""
     with open_store(victim.url) as store:
         service, recorder = store.service, store.recorder
         cid = service.start("idle")
@@ -387,7 +387,7 @@ def _integrity(path: str) -> str:
 def test_sqlite_full_refuses_whole_batches_and_resumes_once_there_is_room(
     tmp_path: Path,
 ) -> None:
-    """A store at its size limit: StorageFull, no partial batch, readable, then on again."""
+    """RELIABILITY 2 and 25 at a size limit: StorageFull, whole batches only, then on again."""
     recorder = CappedRecorder(tmp_path / "full.db")
     with _store_on(recorder) as store:
         service = store.service
@@ -443,7 +443,7 @@ def _tmpfs(where: Path, size: str) -> Iterator[Path]:
 def test_sqlite_on_a_full_filesystem_refuses_writes_and_resumes_once_freed(
     tmp_path: Path,
 ) -> None:
-    """A real ENOSPC (the WAL cannot grow at commit): StorageFull, then on once freed."""
+    """RELIABILITY 2 and 25 on a full filesystem (real ENOSPC): StorageFull, on once freed."""
     with _tmpfs(tmp_path / "fs", "4m") as fs:
         path = fs / "store.db"
         with open_store(f"sqlite:///{path}") as store:
