@@ -112,8 +112,12 @@ class Child:
 
     def wait_for(self, done: Callable[[list[str]], bool]) -> None:
         """Poll the lines read so far until `done(lines)`; fail if the child ends first."""
+        self.wait_until(lambda: done(self.lines))
+
+    def wait_until(self, ready: Callable[[], bool]) -> None:
+        """Poll `ready()` until it holds; fail if the child ends first."""
         deadline = time.monotonic() + WAIT
-        while not done(self.lines):
+        while not ready():
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.kill(exited_ok=False)
                 pytest.fail(f"the child ended or stalled before it got there: {self._stderr()}")
@@ -504,8 +508,9 @@ def reindex_probed(url: str, work: Path) -> bool:
 
 
 def kill_during_projection(url: str, work: Path, trials: int, seed: int, events: int) -> Tally:
-    """Search catch-ups killed mid-work: `reindex` probed, `reindex` at random, `project
-    --follow` beside a writer at random; the index is checked after each restart."""
+    """Search catch-ups killed mid-work: `reindex` inside a transaction, `reindex` at a
+    random moment after it began, `project --follow` at random beside a writer; the index
+    is checked after each restart."""
     rng = random.Random(seed)
     tally = Tally(seed)
     filler = writer(url, work, seed)
@@ -524,7 +529,9 @@ def kill_during_projection(url: str, work: Path, trials: int, seed: int, events:
             inside = False
         elif strategy == "random":
             child = convstore(url, work, "reindex")
-            time.sleep(rng.uniform(0.25, 1.0))
+            with write_probe(url) as writing:
+                child.wait_until(writing)  # the rebuild has begun
+            time.sleep(rng.uniform(0.0, 0.3))
             child.kill(exited_ok=True)
             inside = False
         else:
@@ -544,8 +551,8 @@ def test_kill_during_projection_catch_up(store_url: str, tmp_path: Path) -> None
 
 @pytest.mark.soak
 def test_soak_kill_during_projection_catch_up(store_url: str, tmp_path: Path) -> None:
-    """Process fault at size: 15 killed catch-ups over a store of about 20,000 events."""
-    tally = kill_during_projection(store_url, tmp_path, 15, seed=int(time.time()), events=20000)
+    """Process fault at size: 9 killed catch-ups over a store of about 10,000 events."""
+    tally = kill_during_projection(store_url, tmp_path, 9, seed=int(time.time()), events=10_000)
     print(tally.line("projection catch-up"))
     assert sum(tally.hits.values()) >= tally.trials // 2
 
@@ -609,7 +616,7 @@ def test_kill_during_snapshot(store_url: str, tmp_path: Path) -> None:
 
 @pytest.mark.soak
 def test_soak_kill_during_snapshot(store_url: str, tmp_path: Path) -> None:
-    """Process fault at size: 15 writers killed while they write snapshots."""
-    tally = kill_during_snapshots(store_url, tmp_path, STRATEGIES, 15, seed=int(time.time()))
+    """Process fault at size: 10 writers killed while they write snapshots."""
+    tally = kill_during_snapshots(store_url, tmp_path, STRATEGIES, 10, seed=int(time.time()))
     print(tally.line("snapshots"))
     assert sum(tally.hits.values()) >= tally.trials // 2
