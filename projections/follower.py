@@ -270,7 +270,9 @@ class Follower:
                 except NotImplementedError:
                     stop.wait(interval)
                     continue
-                self._follow_subscription(subscription, stop, interval, on_batch)
+                self._follow_subscription(
+                    subscription, stop, interval, on_batch, after=report.position
+                )
             except OperationalError as error:
                 log.warning("%s: the database failed (%s); retrying", self.name, error)
                 stop.wait(interval)
@@ -281,8 +283,15 @@ class Follower:
         stop: threading.Event,
         interval: float,
         on_batch: Callable[[Report], None] | None,
+        *,
+        after: int | None,
     ) -> None:
-        """Process a subscription's notifications in batches until `stop` or a conflict."""
+        """Process a subscription's notifications in batches until `stop` or a conflict.
+
+        `after` is the position the subscription started from: its notifications follow
+        it, so each batch is applied after it, never after a position read later (another
+        worker may have processed some of them meanwhile: that batch is a conflict).
+        """
         pending: queue.Queue[Notification | BaseException | None] = queue.Queue(
             maxsize=4 * self.batch_size
         )
@@ -311,7 +320,7 @@ class Follower:
         with subscription:
             reader.start()
             try:
-                self._consume(pending, stop, interval, on_batch)
+                self._consume(pending, stop, interval, on_batch, after)
             finally:
                 done.set()
                 subscription.stop()
@@ -323,8 +332,8 @@ class Follower:
         stop: threading.Event,
         interval: float,
         on_batch: Callable[[Report], None] | None,
+        position: int | None,
     ) -> None:
-        position = self.position()
         while not stop.is_set():
             try:
                 first = pending.get(timeout=min(interval, 0.5))

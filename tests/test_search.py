@@ -666,6 +666,28 @@ def test_an_open_transaction_holds_the_follower_back_then_leaves_a_gap(
         assert search.search(store, '"committed after the rollback"')
 
 
+@pytest.mark.postgres
+def test_a_subscription_overtaken_by_another_worker_applies_nothing_twice(
+    postgres_url: str,
+) -> None:
+    """RELIABILITY 6: a following worker whose subscription began before another worker
+    processed its notifications gets a conflict for them, never their rows a second time
+    (it used to read the position after subscribing and apply the older notifications
+    after it: a duplicate key that ended the worker)."""
+    with open_store(postgres_url) as store:
+        writer = Writer(store)
+        writer.start(1)
+        for i in range(6):
+            writer.user(0, f"{WORDS[i]} overtaken")
+        late = search.follower(store)
+        late.setup()
+        subscription = store.recorder.subscribe(gt=None)  # subscribed from the start…
+        search.follower(store).catch_up()  # …when another worker processes everything
+        late._follow_subscription(subscription, threading.Event(), 0.05, None, after=None)
+        assert index_rows(store) == model(log_events(store))
+        assert late.lag() == 0
+
+
 # --- the commands ---------------------------------------------------------------------------------
 
 
