@@ -329,7 +329,11 @@ def read_figure(backend: Backend, store: Store, plan: Plan) -> Figure:
 # --- c, d, e: growth ------------------------------------------------------------------------------
 
 
-def _rare(n: int) -> str:
+ITEMS_PER_RARE_WORD = 80
+"""Items each rare word of a growth query is in (when the items number 40 per word)."""
+
+
+def rare_word(n: int) -> str:
     """A word no workload text contains."""
     letters = "bcdfghjklmnpqrstvwxz"
     word = ""
@@ -340,6 +344,21 @@ def _rare(n: int) -> str:
             return "qz" + word
 
 
+def rare_words(i: int, pool: int) -> tuple[str, str]:
+    """The two rare words of item `i` when items are planted from a `pool` of words.
+
+    Over `40 * pool` consecutive items, each word is the first word of 40 items and the
+    second of 40 more: every word is in `ITEMS_PER_RARE_WORD` items.
+    """
+    step = 7 if pool % 7 else 11
+    return rare_word(i % pool), rare_word((i * step + 3) % pool)
+
+
+def rare_pool(items: int) -> int:
+    """How many rare words `items` items hold (see `rare_words`)."""
+    return max(items // (ITEMS_PER_RARE_WORD // 2), 1)
+
+
 def fill_index(url: str, items: int) -> tuple[Store, SearchIndex, list[str], list[str]]:
     """An index of `items` rows; each rare word is in exactly 80 of them."""
     from uuid import UUID
@@ -347,8 +366,7 @@ def fill_index(url: str, items: int) -> tuple[Store, SearchIndex, list[str], lis
     store = open_store(url)
     index = SearchIndex(store.recorder)
     Follower(store.recorder, index).setup()
-    pool = max(items // 40, 1)
-    step = 7 if pool % 7 else 11
+    pool = rare_pool(items)
     rng = random.Random(items)
     conversations = [UUID(int=rng.getrandbits(128)) for _ in range(max(items // 200, 1))]
     one_word: list[str] = []
@@ -356,7 +374,7 @@ def fill_index(url: str, items: int) -> tuple[Store, SearchIndex, list[str], lis
     for start in range(0, items, 10_000):
         rows: list[search_module.Row] = []
         for i in range(start, min(start + 10_000, items)):
-            first, second = _rare(i % pool), _rare((i * step + 3) % pool)
+            first, second = rare_words(i, pool)
             text = f"{workload.paragraph(rng, rng.randint(1, 3))} {first} {second}"
             rows.append(
                 (
@@ -376,7 +394,8 @@ def fill_index(url: str, items: int) -> tuple[Store, SearchIndex, list[str], lis
     return store, index, one_word, two_words
 
 
-def _p95(values: list[float]) -> float:
+def p95(values: list[float]) -> float:
+    """The 95th percentile (nearest rank) of latencies."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
 
@@ -415,7 +434,7 @@ def growth_figures(backend: Backend, plan: Plan) -> list[Figure]:
         large_store.close()
     figures = []
     for letter, kind in (("c", "one word"), ("d", "two words"), ("e", "common")):
-        big, base = _p95(latencies[(kind, "large")]), _p95(latencies[(kind, "small")])
+        big, base = p95(latencies[(kind, "large")]), p95(latencies[(kind, "small")])
         figures.append(
             Figure(
                 f"{backend.prefix}{letter}",
