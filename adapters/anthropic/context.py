@@ -6,10 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import msgspec
-
-from convstore.domain.errors import DecodeError
-from convstore.domain.vocabulary import ProviderPayload, RequestSettings, ToolDeclaration
+from convstore.adapters.captured import decoded_settings, native_request, request_fields
+from convstore.domain.vocabulary import RequestSettings, ToolDeclaration
 
 __all__ = ["PROVIDER", "RequestContext", "is_hosted_tool_type"]
 
@@ -54,15 +52,8 @@ class RequestContext:
     @classmethod
     def from_body(cls, body: bytes | str) -> RequestContext:
         """Read a Messages API request body; raises DecodeError if it is not a JSON object."""
-        try:
-            fields = _BODY.decode(body)
-        except (msgspec.DecodeError, RecursionError) as error:
-            raise DecodeError(f"the Anthropic request body is not a JSON object: {error}") from None
-        native = {name: raw for name, raw in fields.items() if name != "messages"}
-        try:
-            settings = {name: _ANY.decode(fields[name]) for name in _SETTINGS if name in fields}
-        except msgspec.DecodeError as error:  # well-formed, but a number out of range
-            raise DecodeError(f"the Anthropic request body is malformed: {error}") from None
+        fields = request_fields(body, "Anthropic")
+        settings = decoded_settings(fields, _SETTINGS, "Anthropic")
         tools = tuple(
             _declaration(tool) for tool in _list(settings.get("tools")) if isinstance(tool, dict)
         )
@@ -74,19 +65,13 @@ class RequestContext:
                 tools=tools,
                 tool_choice=_tool_choice(settings.get("tool_choice")),
                 max_tokens=max_tokens if type(max_tokens) is int else None,
-                native=ProviderPayload(
-                    provider=PROVIDER,
-                    format="request",
-                    value=msgspec.Raw(msgspec.json.encode(native)),
-                ),
+                native=native_request(PROVIDER, fields, "messages"),
             ),
             model=model if isinstance(model, str) else "",
             tool_versions={t.name: t.native_type for t in tools if t.hosted},
         )
 
 
-_BODY: Final = msgspec.json.Decoder(dict[str, msgspec.Raw])
-_ANY: Final = msgspec.json.Decoder()
 _SETTINGS: Final = ("model", "system", "tools", "tool_choice", "max_tokens")
 
 

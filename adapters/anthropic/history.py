@@ -31,6 +31,7 @@ from convstore.adapters.anthropic.blocks import BlockMapper
 from convstore.adapters.anthropic.context import PROVIDER, RequestContext
 from convstore.adapters.anthropic.encode import USER_CONTENT_BLOCK, build_messages
 from convstore.adapters.assembler import AssembledBlock
+from convstore.adapters.captured import held_prefix
 from convstore.adapters.providers import MessageDrafts
 from convstore.domain.errors import DecodeError
 from convstore.domain.events import (
@@ -255,27 +256,6 @@ def recorded_prefix(events: Sequence[Event], request_body: bytes) -> int:
     wanted = _request_keys(messages)
     built = build_messages(events, model=request_model(request_body))
     held = [(m.role, block_key(b.json())) for m in built.messages for b in m.blocks]
-    if not held:
-        return 0
-    for position, (role, key) in enumerate(held):
-        if position >= len(wanted):
-            raise HistoryMismatch(
-                "the conversation holds more than the request's messages: the request is "
-                "not a continuation of it"
-            )
-        index, wanted_role, wanted_key = wanted[position]
-        if (role, key) != (wanted_role, wanted_key):
-            raise HistoryMismatch(
-                f"the conversation differs from the request at messages[{index}] "
-                f"({wanted_role} {wanted_key[0]} block): its recorded messages must be a "
-                "prefix of the request's"
-            )
-    if len(held) == len(wanted):
-        return len(messages)
-    last_index, next_index = wanted[len(held) - 1][0], wanted[len(held)][0]
-    if last_index == next_index:
-        raise HistoryMismatch(
-            f"the conversation ends inside messages[{next_index}] of the request: its "
-            "recorded messages must be a prefix of the request's"
-        )
-    return next_index
+    return held_prefix(
+        held, wanted, len(messages), turns="messages", unit="block", mismatch=HistoryMismatch
+    )

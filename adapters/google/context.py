@@ -14,8 +14,9 @@ from typing import Any, Final
 
 import msgspec
 
+from convstore.adapters.captured import native_request, request_fields
 from convstore.domain.errors import DecodeError
-from convstore.domain.vocabulary import ProviderPayload, RequestSettings, ToolDeclaration
+from convstore.domain.vocabulary import RequestSettings, ToolDeclaration
 
 __all__ = [
     "GROUNDING_TOOLS",
@@ -91,11 +92,7 @@ class RequestContext:
     def from_body(cls, body: bytes | str, *, model: str = "") -> RequestContext:
         """Read a `generateContent` request body; raises DecodeError if it is not a JSON
         object. `model` is the one the URL named (see `model_from_path`)."""
-        try:
-            fields = _BODY.decode(body)
-        except (msgspec.DecodeError, RecursionError) as error:
-            raise DecodeError(f"the Gemini request body is not a JSON object: {error}") from None
-        native = {name: raw for name, raw in fields.items() if name != "contents"}
+        fields = request_fields(body, "Gemini")
         settings: dict[str, Any] = {}
         try:
             for name, raw in fields.items():
@@ -124,11 +121,7 @@ class RequestContext:
                 tools=tools,
                 tool_choice=_tool_choice(settings.get("toolConfig")),
                 max_tokens=max_tokens if type(max_tokens) is int else None,
-                native=ProviderPayload(
-                    provider=PROVIDER,
-                    format="request",
-                    value=msgspec.Raw(msgspec.json.encode(native)),
-                ),
+                native=native_request(PROVIDER, fields, "contents"),
             ),
             model=model,
             tool_versions={t.name: t.native_type for t in tools if t.hosted},
@@ -136,7 +129,6 @@ class RequestContext:
         )
 
 
-_BODY: Final = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _ANY: Final = msgspec.json.Decoder()
 _SETTINGS: Final = frozenset(
     {"model", "systemInstruction", "tools", "toolConfig", "generationConfig"}

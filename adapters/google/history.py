@@ -45,6 +45,7 @@ from typing import Any, Final
 
 import msgspec
 
+from convstore.adapters.captured import held_prefix
 from convstore.adapters.google.context import PROVIDER, RequestContext, camel
 from convstore.adapters.google.encode import USER_PART, build_contents, signature_bytes
 from convstore.adapters.google.stream import ChunkDecoder
@@ -365,27 +366,6 @@ def recorded_prefix(events: Sequence[Event], request_body: bytes) -> int:
     wanted = _request_keys(contents)
     built = build_contents(events, model=None).contents
     held = [(c.role, key) for c in built for key in content_keys(c.role, c.json_parts())]
-    if not held:
-        return 0
-    for position, (role, key) in enumerate(held):
-        if position >= len(wanted):
-            raise HistoryMismatch(
-                "the conversation holds more than the request's contents: the request is "
-                "not a continuation of it"
-            )
-        index, wanted_role, wanted_key = wanted[position]
-        if (role, key) != (wanted_role, wanted_key):
-            raise HistoryMismatch(
-                f"the conversation differs from the request at contents[{index}] "
-                f"({wanted_role} {wanted_key[0]} part): its recorded contents must be a "
-                "prefix of the request's"
-            )
-    if len(held) == len(wanted):
-        return len(contents)
-    last_index, next_index = wanted[len(held) - 1][0], wanted[len(held)][0]
-    if last_index == next_index:
-        raise HistoryMismatch(
-            f"the conversation ends inside contents[{next_index}] of the request: its "
-            "recorded contents must be a prefix of the request's"
-        )
-    return next_index
+    return held_prefix(
+        held, wanted, len(contents), turns="contents", unit="part", mismatch=HistoryMismatch
+    )
