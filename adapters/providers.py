@@ -12,7 +12,7 @@ import importlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 import msgspec
 
@@ -103,6 +103,64 @@ Encode = Callable[[Sequence[Event], Mapping[str, Any], str | None, str | None], 
 """(events, configuration, model, next user text) → the request continuing them."""
 Send = Callable[[EncodedRequest, Mapping[str, Any]], AbstractContextManager[Iterable[bytes]]]
 """(request, configuration) → the streamed response body; raises ProviderHTTPError."""
+
+
+C_contra = TypeVar("C_contra", contravariant=True)
+
+
+class ContextDecoder(Protocol[C_contra]):
+    """A provider's `detect_and_decode`: a body decoded against what its request said."""
+
+    def __call__(
+        self,
+        body: bytes | Iterable[bytes],
+        *,
+        request: C_contra | None = None,
+        status: int | None = None,
+    ) -> Iterator[Event]: ...
+
+
+def decode_with_request(
+    read: Callable[[bytes], C_contra], decode: ContextDecoder[C_contra]
+) -> Decode:
+    """The `Decode` that reads the request body, when there is one, with `read` (a
+    provider's `RequestContext.from_body`) and decodes against what it says."""
+
+    def decode_body(
+        body: bytes | Iterable[bytes], request: bytes | None, status: int | None
+    ) -> Iterator[Event]:
+        context = read(request) if request is not None else None
+        return decode(body, request=context, status=status)
+
+    return decode_body
+
+
+class ConfiguredEncoder(Protocol[C_contra]):
+    """A provider's `encode_request`: the request continuing `events` under its typed
+    configuration."""
+
+    def __call__(
+        self,
+        events: Sequence[Event],
+        *,
+        config: C_contra,
+        model: str | None = None,
+        user: str | None = None,
+    ) -> EncodedRequest: ...
+
+
+def encode_with_config(
+    read: Callable[[Mapping[str, Any]], C_contra], encode: ConfiguredEncoder[C_contra]
+) -> Encode:
+    """The `Encode` that reads the provider's block of the configuration with `read` (its
+    config's `from_config`) and encodes under it."""
+
+    def encode_events(
+        events: Sequence[Event], config: Mapping[str, Any], model: str | None, user: str | None
+    ) -> EncodedRequest:
+        return encode(events, config=read(config), model=model, user=user)
+
+    return encode_events
 
 
 @dataclass(frozen=True)

@@ -13,27 +13,17 @@ from convstore.adapters.anthropic.decode import detect_and_decode
 from convstore.adapters.anthropic.encode import EncodedRequest, encode_request
 from convstore.adapters.anthropic.history import history_drafts, recorded_prefix
 from convstore.adapters.providers import EncodedRequest as AnyEncodedRequest
-from convstore.adapters.providers import MessageDrafts, ProviderAdapter
+from convstore.adapters.providers import (
+    MessageDrafts,
+    ProviderAdapter,
+    decode_with_request,
+    encode_with_config,
+)
 from convstore.domain.events import Event
-
-
-def _decode(
-    body: bytes | Iterable[bytes], request: bytes | None, status: int | None
-) -> Iterator[Event]:
-    context = RequestContext.from_body(request) if request is not None else None
-    return detect_and_decode(body, request=context, status=status)
 
 
 def _history(events: Sequence[Event], request: bytes) -> list[MessageDrafts]:
     return history_drafts(request, start=recorded_prefix(events, request))
-
-
-def _encode(
-    events: Sequence[Event], config: Mapping[str, Any], model: str | None, user: str | None
-) -> EncodedRequest:
-    return encode_request(
-        events, config=AnthropicConfig.from_config(config), model=model, user=user
-    )
 
 
 @contextmanager
@@ -48,5 +38,9 @@ def _send(request: AnyEncodedRequest, config: Mapping[str, Any]) -> Iterator[Ite
 
 
 ADAPTER = ProviderAdapter(
-    name="anthropic", decode=_decode, history=_history, encode=_encode, send=_send
+    name="anthropic",
+    decode=decode_with_request(RequestContext.from_body, detect_and_decode),
+    history=_history,
+    encode=encode_with_config(AnthropicConfig.from_config, encode_request),
+    send=_send,
 )

@@ -12,7 +12,7 @@ the model from the argument, then `providers.google.model`, then the recorded on
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -23,26 +23,8 @@ from convstore.adapters.google.decode import detect_and_decode
 from convstore.adapters.google.encode import EncodedRequest, encode_request
 from convstore.adapters.google.history import history
 from convstore.adapters.providers import EncodedRequest as AnyEncodedRequest
-from convstore.adapters.providers import MessageDrafts, ProviderAdapter
+from convstore.adapters.providers import ProviderAdapter, decode_with_request, encode_with_config
 from convstore.domain.errors import ConfigurationError
-from convstore.domain.events import Event
-
-
-def _decode(
-    body: bytes | Iterable[bytes], request: bytes | None, status: int | None
-) -> Iterator[Event]:
-    context = RequestContext.from_body(request) if request is not None else None
-    return detect_and_decode(body, request=context, status=status)
-
-
-def _history(events: Sequence[Event], request: bytes) -> list[MessageDrafts]:
-    return history(events, request)
-
-
-def _encode(
-    events: Sequence[Event], config: Mapping[str, Any], model: str | None, user: str | None
-) -> EncodedRequest:
-    return encode_request(events, config=GoogleConfig.from_config(config), model=model, user=user)
 
 
 @contextmanager
@@ -59,5 +41,9 @@ def _send(request: AnyEncodedRequest, config: Mapping[str, Any]) -> Iterator[Ite
 
 
 ADAPTER = ProviderAdapter(
-    name="google", decode=_decode, history=_history, encode=_encode, send=_send
+    name="google",
+    decode=decode_with_request(RequestContext.from_body, detect_and_decode),
+    history=history,
+    encode=encode_with_config(GoogleConfig.from_config, encode_request),
+    send=_send,
 )

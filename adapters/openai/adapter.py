@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -10,32 +10,18 @@ from convstore.adapters.openai.client import OpenAIClient
 from convstore.adapters.openai.config import OpenAIConfig
 from convstore.adapters.openai.context import RequestContext
 from convstore.adapters.openai.decode import detect_and_decode
-from convstore.adapters.openai.encode import EncodedRequest, encode_request
+from convstore.adapters.openai.encode import encode_request
 from convstore.adapters.openai.history import history
-from convstore.adapters.providers import EncodedRequest as AnyEncodedRequest
-from convstore.adapters.providers import MessageDrafts, ProviderAdapter
-from convstore.domain.events import Event
-
-
-def _decode(
-    body: bytes | Iterable[bytes], request: bytes | None, status: int | None
-) -> Iterator[Event]:
-    context = RequestContext.from_body(request) if request is not None else None
-    return detect_and_decode(body, request=context, status=status)
-
-
-def _history(events: Sequence[Event], request: bytes) -> list[MessageDrafts]:
-    return history(events, request)
-
-
-def _encode(
-    events: Sequence[Event], config: Mapping[str, Any], model: str | None, user: str | None
-) -> EncodedRequest:
-    return encode_request(events, config=OpenAIConfig.from_config(config), model=model, user=user)
+from convstore.adapters.providers import (
+    EncodedRequest,
+    ProviderAdapter,
+    decode_with_request,
+    encode_with_config,
+)
 
 
 @contextmanager
-def _send(request: AnyEncodedRequest, config: Mapping[str, Any]) -> Iterator[Iterable[bytes]]:
+def _send(request: EncodedRequest, config: Mapping[str, Any]) -> Iterator[Iterable[bytes]]:
     settings = OpenAIConfig.from_config(config)
     with (
         OpenAIClient(settings.base_url) as client,
@@ -45,5 +31,9 @@ def _send(request: AnyEncodedRequest, config: Mapping[str, Any]) -> Iterator[Ite
 
 
 ADAPTER = ProviderAdapter(
-    name="openai", decode=_decode, history=_history, encode=_encode, send=_send
+    name="openai",
+    decode=decode_with_request(RequestContext.from_body, detect_and_decode),
+    history=history,
+    encode=encode_with_config(OpenAIConfig.from_config, encode_request),
+    send=_send,
 )
