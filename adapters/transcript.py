@@ -36,7 +36,13 @@ from convstore.domain import (
     UserMessage,
 )
 from convstore.domain.responses import ResponseOutcome
-from convstore.projections.export import activity_label, cite, source_line, when
+from convstore.projections.export import (
+    activity_label,
+    cite,
+    source_line,
+    usage_counters,
+    when,
+)
 
 __all__ = ["activity_label", "source_line", "when"]  # shared with the exports: one wording
 
@@ -191,22 +197,9 @@ def _response_ended(reader: _Transcript, event: ResponseEnded) -> Iterator[str]:
     line = f"{reader.pad}response ended: {event.state} · {event.finish_reason}"
     if event.stop_reason and event.stop_reason != event.finish_reason:
         line += f" (provider: {one_line(event.stop_reason)})"
-    usage = event.usage
-    if usage is not None:
-        counters = [
-            f"{label} {count}"
-            for label, count in (
-                ("in", usage.input_tokens),
-                ("out", usage.output_tokens),
-                ("cache read", usage.cache_read_tokens),
-                ("cache write", usage.cache_write_tokens),
-                ("reasoning", usage.reasoning_tokens),
-            )
-            if count is not None
-        ]
-        counters += [f"{one_line(name)} {count}" for name, count in usage.hosted.items()]
-        if counters:
-            line += f" · tokens {', '.join(counters)}"
+    counters = usage_counters(event.usage, one_line) if event.usage is not None else []
+    if counters:
+        line += f" · tokens {', '.join(counters)}"
     if event.error is not None:
         status = f" (HTTP {event.error.status})" if event.error.status is not None else ""
         line += (

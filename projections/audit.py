@@ -56,6 +56,7 @@ from convstore.domain.vocabulary import (
     TurnTrigger,
     Usage,
 )
+from convstore.projections.export import usage_counters
 
 AUDIT_SCHEMA: Final = "convstore.audit/1"
 """The report's schema: the name and major version of the shape below. Fields may be added
@@ -701,22 +702,9 @@ def _response_line(response: ResponseAudit) -> str:
         line += f" · {response.state} · {response.finish_reason}"
         if response.stop_reason and response.stop_reason != response.finish_reason:
             line += f" (provider: {_one(response.stop_reason)})"
-    usage = response.usage
-    if usage is not None:
-        counters = [
-            f"{label} {count}"
-            for label, count in (
-                ("in", usage.input_tokens),
-                ("out", usage.output_tokens),
-                ("cache read", usage.cache_read_tokens),
-                ("cache write", usage.cache_write_tokens),
-                ("reasoning", usage.reasoning_tokens),
-            )
-            if count is not None
-        ]
-        counters += [f"{_one(name)} {count}" for name, count in usage.hosted.items()]
-        if counters:
-            line += f" · {', '.join(counters)}"
+    counters = usage_counters(response.usage, _one) if response.usage is not None else []
+    if counters:
+        line += f" · {', '.join(counters)}"
     if response.error is not None:
         status = f" (HTTP {response.error.status})" if response.error.status is not None else ""
         message = _one(response.error.message)

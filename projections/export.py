@@ -141,6 +141,41 @@ class CitationLike(Protocol):
     def range(self) -> SpanLike | None: ...
 
 
+class UsageLike(Protocol):
+    """A response's usage counters (domain `Usage`, portable `UsageInfo`)."""
+
+    @property
+    def input_tokens(self) -> int | None: ...
+    @property
+    def output_tokens(self) -> int | None: ...
+    @property
+    def cache_read_tokens(self) -> int | None: ...
+    @property
+    def cache_write_tokens(self) -> int | None: ...
+    @property
+    def reasoning_tokens(self) -> int | None: ...
+    @property
+    def hosted(self) -> Mapping[str, int]: ...
+
+
+def usage_counters(usage: UsageLike, name: Callable[[str], str]) -> list[str]:
+    """`in 12`, `out 40`, `cache read 3`, …: each counter `usage` has, the token counters
+    first, then the hosted ones with their names rendered by `name`."""
+    counters = [
+        f"{label} {count}"
+        for label, count in (
+            ("in", usage.input_tokens),
+            ("out", usage.output_tokens),
+            ("cache read", usage.cache_read_tokens),
+            ("cache write", usage.cache_write_tokens),
+            ("reasoning", usage.reasoning_tokens),
+        )
+        if count is not None
+    ]
+    counters += [f"{name(hosted)} {count}" for hosted, count in usage.hosted.items()]
+    return counters
+
+
 def _same(text: str) -> str:
     return text
 
@@ -344,22 +379,9 @@ class _Markdown:
         line = f"Response {item.state} · {md_inline(item.finish_reason or 'other')}"
         if item.stop_reason and item.stop_reason != item.finish_reason:
             line += f" (provider: {md_inline(item.stop_reason)})"
-        usage = item.usage
-        if usage is not None:
-            counters = [
-                f"{label} {count}"
-                for label, count in (
-                    ("in", usage.input_tokens),
-                    ("out", usage.output_tokens),
-                    ("cache read", usage.cache_read_tokens),
-                    ("cache write", usage.cache_write_tokens),
-                    ("reasoning", usage.reasoning_tokens),
-                )
-                if count is not None
-            ]
-            counters += [f"{md_inline(name)} {count}" for name, count in usage.hosted.items()]
-            if counters:
-                line += f" · tokens {', '.join(counters)}"
+        counters = usage_counters(item.usage, md_inline) if item.usage is not None else []
+        if counters:
+            line += f" · tokens {', '.join(counters)}"
         error = item.error
         if error is not None:
             status = f" (HTTP {error.status})" if error.status is not None else ""
