@@ -9,9 +9,9 @@ conversation's responses and hosted activities that encoding needs ahead.
 from __future__ import annotations
 
 import html
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 import msgspec
 
@@ -32,9 +32,12 @@ __all__ = [
     "client_tools",
     "context_envelope",
     "event_loss",
+    "kept_choice",
     "mismatched_binding",
+    "recorded_list",
     "recorded_native",
     "same_dated_model",
+    "set_field",
     "settings_loss",
     "target_model",
 ]
@@ -115,6 +118,44 @@ def recorded_native(
     except (msgspec.DecodeError, msgspec.ValidationError):
         losses.append(settings_loss(source, "recorded settings are not an object"))
         return None
+
+
+def recorded_list(native: Mapping[str, msgspec.Raw], key: str) -> list[msgspec.Raw]:
+    """The items of the recorded list `native[key]` ([] when absent or not a list)."""
+    raw = native.get(key)
+    if raw is None:
+        return []
+    try:
+        return RAW_LIST.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return []
+
+
+def kept_choice(
+    choice: Any,
+    raw: msgspec.Raw | None,
+    scoped: tuple[Any, str | None],
+    source: ResponseStarted | None,
+    losses: list[Loss],
+) -> Any:
+    """The tool choice to send: `scoped` (what the provider's scoping made of `choice`,
+    and why it changed it: a `tool_choice` loss), or the recorded `raw` bytes when
+    `choice`, decoded from them, is kept as it is."""
+    kept, why = scoped
+    if why is not None:
+        losses.append(settings_loss(source, why, kind="tool_choice"))
+    if kept is choice and raw is not None:
+        return raw
+    return kept
+
+
+def set_field(body: dict[str, Any], key: str, value: Any) -> None:
+    """`body[key] = value` (in place when present), or no `key` at all when `value` is
+    None."""
+    if value is None:
+        body.pop(key, None)
+    else:
+        body[key] = value
 
 
 def client_tools(

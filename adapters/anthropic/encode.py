@@ -82,16 +82,17 @@ from convstore.adapters.encoding import (
     ANY_JSON,
     ENCODER,
     NO_SETTINGS,
-    RAW_LIST,
     ResponseSpan,
     Scan,
     client_tools,
     context_envelope,
     event_loss,
+    kept_choice,
     mismatched_binding,
+    recorded_list,
     recorded_native,
     same_dated_model,
-    settings_loss,
+    set_field,
     target_model,
 )
 from convstore.adapters.providers import DeclaredTool, Loss, iter_losses, payload_type
@@ -605,15 +606,8 @@ class _Settings:
 
     def recorded_tools(self, losses: list[Loss]) -> list[DeclaredTool]:
         if self.native is not None:
-            raw = self.native.get("tools")
-            if raw is None:
-                return []
-            try:
-                items = RAW_LIST.decode(raw)
-            except msgspec.ValidationError:
-                return []
             tools = []
-            for item in items:
+            for item in recorded_list(self.native, "tools"):
                 decoded = ANY_JSON.decode(item)
                 if not isinstance(decoded, dict):
                     continue
@@ -667,15 +661,8 @@ class _Settings:
         body["max_tokens"] = self.max_tokens
         if self.native is None and self.portable.system:
             body["system"] = self.portable.system
-        if tools:
-            body["tools"] = [t.value for t in tools]
-        else:
-            body.pop("tools", None)
-        choice = self.tool_choice(tools, losses)
-        if choice is None:
-            body.pop("tool_choice", None)
-        else:
-            body["tool_choice"] = choice
+        set_field(body, "tools", [t.value for t in tools] if tools else None)
+        set_field(body, "tool_choice", self.tool_choice(tools, losses))
         return body
 
     def tool_choice(self, tools: list[DeclaredTool], losses: list[Loss]) -> Any:
@@ -698,12 +685,7 @@ class _Settings:
                     "name": name,
                 }
             )
-        scoped, why = scope_tool_choice(choice, tools)
-        if why is not None:
-            losses.append(settings_loss(self.source, why, kind="tool_choice"))
-        if scoped is choice and raw is not None:
-            return raw
-        return scoped
+        return kept_choice(choice, raw, scope_tool_choice(choice, tools), self.source, losses)
 
 
 def scope_tool_choice(choice: Any, tools: Sequence[DeclaredTool]) -> tuple[Any, str | None]:

@@ -87,14 +87,16 @@ from convstore.adapters.encoding import (
     ENCODER,
     NO_SETTINGS,
     RAW_FIELDS,
-    RAW_LIST,
     ResponseSpan,
     Scan,
     client_tools,
     context_envelope,
     event_loss,
+    kept_choice,
     mismatched_binding,
+    recorded_list,
     recorded_native,
+    set_field,
     settings_loss,
     target_model,
 )
@@ -701,33 +703,15 @@ class _Settings:
         functions = _function_names(tools)
         hosted = [key for tool in tools for key in tool.fields if key in HOSTED_TOOLS]
         validate_hosted_tools(config, self.model, hosted)
-        if tools:
-            body["tools"] = [t.wire() for t in tools]
-        else:
-            body.pop("tools", None)
-        tool_config = self.tool_config(functions, hosted, losses)
-        if tool_config is None:
-            body.pop("toolConfig", None)
-        else:
-            body["toolConfig"] = tool_config
-        generation = self.generation_config(config, losses)
-        if generation is None:
-            body.pop("generationConfig", None)
-        else:
-            body["generationConfig"] = generation
+        set_field(body, "tools", [t.wire() for t in tools] if tools else None)
+        set_field(body, "toolConfig", self.tool_config(functions, hosted, losses))
+        set_field(body, "generationConfig", self.generation_config(config, losses))
         return body
 
     def recorded_tools(self, losses: list[Loss]) -> list[_Tool]:
         if self.native is not None:
-            raw = self.native.get("tools")
-            if raw is None:
-                return []
-            try:
-                entries = RAW_LIST.decode(raw)
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                return []
             tools = []
-            for entry in entries:
+            for entry in recorded_list(self.native, "tools"):
                 try:
                     fields = RAW_FIELDS.decode(entry)
                 except (msgspec.DecodeError, msgspec.ValidationError):
@@ -760,6 +744,7 @@ class _Settings:
         return tools
 
     def tool_config(self, functions: list[str], hosted: list[str], losses: list[Loss]) -> Any:
+        raw: msgspec.Raw | None = None
         choice: Any
         if self.native is not None:
             raw = self.native.get("toolConfig")
@@ -770,12 +755,8 @@ class _Settings:
             choice = self._portable_tool_config(functions, losses)
             if choice is None:
                 return None
-        scoped, why = scope_tool_config(choice, functions, hosted)
-        if why is not None:
-            losses.append(settings_loss(self.source, why, kind="tool_choice"))
-        if scoped is choice and self.native is not None:
-            return self.native["toolConfig"]
-        return scoped
+        scoped = scope_tool_config(choice, functions, hosted)
+        return kept_choice(choice, raw, scoped, self.source, losses)
 
     def _portable_tool_config(self, functions: list[str], losses: list[Loss]) -> Any:
         name = self.portable.tool_choice

@@ -95,15 +95,17 @@ from convstore.adapters.encoding import (
     ANY_JSON,
     ENCODER,
     NO_SETTINGS,
-    RAW_LIST,
     ResponseSpan,
     Scan,
     client_tools,
     context_envelope,
     event_loss,
+    kept_choice,
     mismatched_binding,
+    recorded_list,
     recorded_native,
     same_dated_model,
+    set_field,
     settings_loss,
     target_model,
 )
@@ -859,13 +861,7 @@ class _Settings:
 
     def recorded_tools(self, losses: list[Loss]) -> list[DeclaredTool]:
         if self.native is not None:
-            raw = self.native.get("tools")
-            if raw is None:
-                return []
-            try:
-                items = RAW_LIST.decode(raw)
-            except msgspec.ValidationError:
-                return []
+            items = recorded_list(self.native, "tools")
             return [tool for item in items if (tool := _declared_tool(item)) is not None]
         tools = []
         for declaration in client_tools(self.source, "OpenAI", losses):
@@ -913,19 +909,9 @@ class _Settings:
             body["model"] = self.model
         elif self.portable.system:
             body["instructions"] = self.portable.system
-        if self.max_output_tokens is None:
-            body.pop("max_output_tokens", None)
-        else:
-            body["max_output_tokens"] = self.max_output_tokens
-        if tools:
-            body["tools"] = [t.value for t in tools]
-        else:
-            body.pop("tools", None)
-        choice = self.tool_choice(tools, losses)
-        if choice is None:
-            body.pop("tool_choice", None)
-        else:
-            body["tool_choice"] = choice
+        set_field(body, "max_output_tokens", self.max_output_tokens)
+        set_field(body, "tools", [t.value for t in tools] if tools else None)
+        set_field(body, "tool_choice", self.tool_choice(tools, losses))
         body["store"] = self.store
         if model_family(self.model) in NON_REASONING_FAMILIES:
             self.drop_reasoning(body, losses)
@@ -971,12 +957,7 @@ class _Settings:
                 choice = "required"
             else:
                 choice = {"type": "function", "name": function_name(name)}
-        scoped, why = scope_tool_choice(choice, tools)
-        if why is not None:
-            losses.append(settings_loss(self.source, why, kind="tool_choice"))
-        if scoped is choice and raw is not None:
-            return raw
-        return scoped
+        return kept_choice(choice, raw, scope_tool_choice(choice, tools), self.source, losses)
 
 
 def _decoded(native: Mapping[str, msgspec.Raw] | None, key: str) -> Any:
