@@ -531,7 +531,7 @@ def kill_during_projection(url: str, work: Path, trials: int, seed: int, events:
             child = convstore(url, work, "reindex")
             with write_probe(url) as writing:
                 child.wait_until(writing)  # the rebuild has begun
-            time.sleep(rng.uniform(0.0, 0.3))
+            time.sleep(rng.uniform(0.0, 0.15))  # a rebuild of 10,000 events takes ~0.3 s
             child.kill(exited_ok=True)
             inside = False
         else:
