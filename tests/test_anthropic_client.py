@@ -254,6 +254,8 @@ def test_a_dropped_non_streamed_answer_raises(
 
 
 def test_a_gzip_bomb_is_stopped_at_the_cap(server: ReplayServer) -> None:
+    """Scenario 22 (backend-independent): a gzip-encoded stream stops at max_body_bytes with bounded
+    memory."""
     cap = 64 * 1024 * 1024
     server.enqueue(
         Reply(

@@ -269,6 +269,8 @@ def test_hostile_content_never_reaches_the_terminal(
     hostile: tuple[ConversationId, list[Event]],
     argv: list[str],
 ) -> None:
+    """Scenario 16 (SQLite; both backends: test_reliability_terminal.py): show and list are inert,
+    the stored bytes unchanged."""
     conversation, recorded = hostile
     code, out, err = run(capsys, "--db", url, *(a.format(id=conversation) for a in argv))
     assert code == 0 and err == ""
@@ -298,6 +300,7 @@ def test_hostile_json_round_trips_to_the_stored_text(
 def test_hostile_show_in_a_fresh_process(
     url: str, hostile: tuple[ConversationId, list[Event]]
 ) -> None:
+    """Scenario 16: the same in a fresh process."""
     conversation, _ = hostile
     done = run_process("--db", url, "show", str(conversation))
     assert done.returncode == 0, done.stderr
@@ -363,6 +366,7 @@ def test_unexpected_errors_exit_1_with_a_short_sanitized_line(
 
 
 def test_errors_in_a_fresh_process(url: str) -> None:
+    """Scenario 16: error messages naming hostile input are inert."""
     done = run_process("--db", url, "show", "00000000-0000-4000-8000-000000000000")
     assert done.returncode == 2
     assert done.stdout == ""

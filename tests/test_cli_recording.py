@@ -231,6 +231,8 @@ def test_exchanges_continue_one_conversation(capsys: pytest.CaptureFixture[str],
 def test_reingesting_the_same_file_writes_nothing(
     capsys: pytest.CaptureFixture[str], url: str
 ) -> None:
+    """Scenario 3 (SQLite through the command line; both backends: test_reliability_ingest.py):
+    nothing added, `already stored` reported."""
     conversation = start(capsys, url, "web_search_citations")
     before = versions(url)
     request, response = exchange("web_search_citations", 1)
@@ -253,6 +255,7 @@ def test_reingesting_the_same_file_writes_nothing(
 def test_the_same_response_non_streamed_is_already_stored(
     capsys: pytest.CaptureFixture[str], url: str
 ) -> None:
+    """Scenario 3: the same response in its other form is already stored."""
     conversation = start(capsys, url, "web_search_citations")
     before = versions(url)
     request, response = exchange("web_search_citations", 2)
@@ -270,6 +273,8 @@ def test_the_same_response_non_streamed_is_already_stored(
 def test_a_changed_response_exits_4_and_writes_nothing(
     capsys: pytest.CaptureFixture[str], url: str, tmp_path: Path
 ) -> None:
+    """Scenario 3: a stored response id with different content is a conflict (exit 4), nothing
+    written."""
     conversation = start(capsys, url, "web_search_citations")
     before = versions(url)
     request, response = exchange("web_search_citations", 1)
@@ -293,6 +298,7 @@ def test_a_changed_response_exits_4_and_writes_nothing(
 def test_an_error_event_mid_stream_exits_3_and_keeps_what_arrived(
     capsys: pytest.CaptureFixture[str], url: str
 ) -> None:
+    """Scenario 14 through the command line (SQLite; both backends: test_reliability_ingest.py)."""
     request, response = exchange("errors", 1)
     code, data, _ = ingest(capsys, url, "--request", request, response)
     assert code == 3
@@ -542,6 +548,8 @@ def database_bytes(tmp_path: Path) -> bytes:
 def test_ask_records_the_streamed_response(
     capsys: pytest.CaptureFixture[str], url: str, server: ReplayServer, tmp_path: Path
 ) -> None:
+    """Scenario 18 (also test_reliability_secrets.py, every provider and backend): the key is sent
+    and stored nowhere."""
     response = exchange("thinking_tool_roundtrip", 1)[1]
     server.enqueue(streamed(response))
     code, out, err = ask(capsys, url, server, QUESTION, "--json")

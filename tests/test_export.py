@@ -383,6 +383,7 @@ def assert_inert_markdown(md: str) -> None:
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(hostile_texts, min_size=FIELDS, max_size=FIELDS))
 def test_hostile_text_comes_out_inert_in_every_format(texts: list[str]) -> None:
+    """Scenario 16 (backend-independent: rendering of events): every export format is inert."""
     events = hostile_events(texts)
     reading = portable.fold(events)
     md = as_text(reading, "md")
@@ -400,6 +401,7 @@ def test_hostile_text_comes_out_inert_in_every_format(texts: list[str]) -> None:
 def test_stdout_is_inert_and_the_stored_bytes_stay(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Scenario 16: export to stdout is inert, the stored bytes unchanged."""
     url = f"sqlite:///{tmp_path / 's.db'}"
     texts = [HOSTILE[i % len(HOSTILE)] + HOSTILE[(i * 7 + 3) % len(HOSTILE)] for i in range(40)]
     with open_store(url) as store:
@@ -501,6 +503,8 @@ def world(tmp_path: Path) -> Iterator[tuple[str, Path, list[ConversationId]]]:
 def test_export_all_writes_only_inside_the_folder(
     world: tuple[str, Path, list[ConversationId]], capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Scenario 20 (backend-independent: the store only supplies titles; confinement is on the file
+    system): hostile titles write nothing outside the folder."""
     url, root, ids = world
     before = tree(root)
     for format in FORMATS:
@@ -541,6 +545,7 @@ def test_one_conversation_to_a_file_or_into_a_folder(
 def test_a_bad_single_path_writes_nothing(
     world: tuple[str, Path, list[ConversationId]], capsys: pytest.CaptureFixture[str], name: str
 ) -> None:
+    """Scenario 20 (backend-independent): a bad target path writes nothing."""
     url, root, ids = world
     before = tree(root)
     target = str(root / "sub") + "/" + name if name == ".." else str(root / name)
@@ -555,6 +560,7 @@ def test_links_are_never_followed(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """Scenario 20 (backend-independent): links are not followed."""
     url, root, ids = world
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -621,6 +627,8 @@ def test_usage_errors(
 
 
 def test_slugs_and_names() -> None:
+    """Scenario 20 (backend-independent): `../../x`, absolute paths, NUL, reserved and 10 KB names
+    become safe file names."""
     assert export.slug("Matcha in Uji — café ☕ 宇治") == "matcha-in-uji-cafe"
     assert export.slug("../../x") == "x"
     assert export.slug("x" * 10240) == "x" * 60

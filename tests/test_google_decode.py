@@ -392,6 +392,8 @@ def test_capture_grounding_and_url_context_activities(exchange: Exchange) -> Non
 
 @pytest.mark.parametrize("exchange", ALL_CASES)
 def test_capture_unknown_parts_are_kept(exchange: Exchange) -> None:
+    """Scenario 11 (backend-independent: decoding, before anything reaches a store; stored on both
+    backends: test_reliability_ingest.py)."""
     known = ("text", "functionCall", "executableCode", "codeExecutionResult")
     odd = [p for p in exchange.facts.parts if not any(k in p for k in known)]
     kept = [e for e in of_type(exchange.decode(), UnknownArtifact) if e.payload.format == "part"]
@@ -512,6 +514,8 @@ def whole_text_starts_with(whole: list[Event], cut: list[Event]) -> bool:
 
 @pytest.mark.parametrize("exchange", STREAM_CASES)
 def test_a_cut_at_every_byte_follows_the_partial_commit_table(exchange: Exchange) -> None:
+    """Scenario 13 (backend-independent: decoding, before anything reaches a store): a cut at every
+    byte follows DESIGN.md's partial-commit table."""
     size = len(exchange.body)
     if size > CUT_ALL_OFFSETS:
         pytest.skip("large: sampled by the hypothesis test")
@@ -524,6 +528,8 @@ def test_a_cut_at_every_byte_follows_the_partial_commit_table(exchange: Exchange
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_a_cut_anywhere_follows_the_partial_commit_table(exchange: Exchange, data: Any) -> None:
+    """Scenario 13 (backend-independent: decoding, before anything reaches a store): cuts sampled in
+    the larger captures."""
     offset = data.draw(st.integers(0, len(exchange.body)))
     check_cut(exchange, offset, exchange.decode())
 
@@ -816,6 +822,8 @@ def test_a_usage_only_chunk_after_the_finish_keeps_it_finished() -> None:
 
 
 def test_open_blocks_at_a_cut() -> None:
+    """Scenario 13 (backend-independent: decoding, before anything reaches a store): open parts at a
+    cut; partial tool input is never a finished call."""
     body = sse(
         part_chunk({"text": "Let me think", "thought": True}),
         part_chunk({"executableCode": {"language": "PYTHON", "code": "print(1)"}}),
@@ -919,6 +927,9 @@ def test_finish_reasons(reason: str, finish: str) -> None:
 
 
 def test_error_chunks_and_unreadable_error_bodies() -> None:
+    """Scenario 14 (backend-independent: decoding, before anything reaches a store; stored on both
+    backends: test_reliability_ingest.py): an error chunk mid-stream fails the response, the text
+    kept."""
     error = {
         "error": {"code": 429, "message": "Resource exhausted", "status": "RESOURCE_EXHAUSTED"}
     }

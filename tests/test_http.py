@@ -247,6 +247,8 @@ def test_a_gzip_body_cut_before_its_end_marker_is_interrupted(server: ReplayServ
 
 
 def test_a_gzip_bomb_stops_at_the_cap_with_bounded_memory(server: ReplayServer) -> None:
+    """Scenario 22 (backend-independent: HTTP bodies): a gzip bomb stops at the cap with bounded
+    memory."""
     server.enqueue(
         Reply(
             body=lambda: gzip_bomb(1024**3),  # ~1 MB on the wire, 1 GiB decoded
@@ -272,6 +274,7 @@ def test_a_gzip_bomb_stops_at_the_cap_with_bounded_memory(server: ReplayServer) 
 
 
 def test_a_bomb_in_an_error_answer_stops_at_the_error_body_cap(server: ReplayServer) -> None:
+    """Scenario 22 (backend-independent): also in an error answer."""
     server.enqueue(
         Reply(status=500, body=lambda: gzip_bomb(1024**3), headers={"content-encoding": "gzip"})
     )
@@ -456,6 +459,8 @@ def test_backoff_really_waits(server: ReplayServer) -> None:
 def test_keys_are_scrubbed_from_error_bodies_messages_and_logs(
     server: ReplayServer, headers: dict[str, str], caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Scenario 18 (backend-independent: HTTP errors): keys are scrubbed from error bodies, messages
+    and logs."""
     echo = b'{"error":{"type":"authentication_error","message":"bad key %s"}}' % SECRET.encode()
     server.enqueue(Reply(status=503, body=echo), Reply(status=401, body=echo))
     caplog.set_level(logging.DEBUG)

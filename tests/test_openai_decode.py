@@ -405,6 +405,8 @@ def test_capture_tool_calls_and_reasoning(exchange: Exchange) -> None:
 
 @pytest.mark.parametrize("exchange", ALL_CASES)
 def test_capture_unknown_items_and_events_are_kept(exchange: Exchange) -> None:
+    """Scenario 11 (backend-independent: decoding, before anything reaches a store; stored on both
+    backends: test_reliability_ingest.py)."""
     facts = read_facts(exchange.response)
     kept = only(exchange.decode(), UnknownArtifact)
     odd = [i for i in facts.items if i["type"] not in KNOWN_ITEMS]
@@ -548,6 +550,8 @@ def example(name: str, n: str) -> Exchange:
 
 
 def test_streamed_and_non_streamed_forms_give_equivalent_drafts() -> None:
+    """Scenario 12 (backend-independent: decoding, before anything reaches a store): the streamed
+    form equals the non-streamed one."""
     streamed = example("web_search_citations", "1").decode()
     whole = example("web_search_citations", "2").decode()
     assert comparable(streamed) == comparable(whole)
@@ -683,6 +687,8 @@ def test_a_refusal_ends_with_refusal_and_a_cut_by_length_with_length() -> None:
 
 
 def test_an_error_event_mid_stream_fails_the_response_and_keeps_the_text() -> None:
+    """Scenario 14 (backend-independent: decoding, before anything reaches a store; stored on both
+    backends: test_reliability_ingest.py)."""
     events = example("errors", "1").decode()
     assert kinds(events) == ["ResponseStarted", "AssistantText", "UnknownArtifact", "ResponseEnded"]
     text, end = events[1], events[-1]
@@ -824,6 +830,8 @@ def check_cut(exchange: Exchange, offset: int, whole: list[Event]) -> None:
 
 @pytest.mark.parametrize("exchange", STREAM_CASES)
 def test_a_cut_at_every_byte_follows_the_partial_commit_table(exchange: Exchange) -> None:
+    """Scenario 13 (backend-independent: decoding, before anything reaches a store): a cut at every
+    byte follows DESIGN.md's partial-commit table."""
     size = exchange.response.stat().st_size
     if size > CUT_ALL_OFFSETS:
         pytest.skip("large: sampled by the hypothesis test")
@@ -836,6 +844,8 @@ def test_a_cut_at_every_byte_follows_the_partial_commit_table(exchange: Exchange
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_a_cut_anywhere_follows_the_partial_commit_table(exchange: Exchange, data: Any) -> None:
+    """Scenario 13 (backend-independent: decoding, before anything reaches a store): cuts sampled in
+    the larger captures."""
     size = exchange.response.stat().st_size
     offset = data.draw(st.integers(0, size))
     check_cut(exchange, offset, exchange.decode())
@@ -888,6 +898,8 @@ def completed(*output: dict[str, Any], status: str = "completed") -> dict[str, A
 
 
 def test_open_items_at_a_cut() -> None:
+    """Scenario 13 (backend-independent: decoding, before anything reaches a store): open items at a
+    cut; partial tool input is never a finished call."""
     text_part = {"type": "output_text", "text": "", "annotations": []}
     citation = {
         "type": "url_citation",

@@ -198,6 +198,8 @@ def _record(drafts: list[Event]) -> None:
 
 @pytest.mark.parametrize(("provider", "body"), _hostile_bodies())
 def test_hostile_json_is_decoded_or_refused_with_a_decode_error(provider: str, body: bytes) -> None:
+    """Scenario 23 (backend-independent: decoding, before anything reaches a store): drafts the
+    aggregate accepts, or a DecodeError; never a crash."""
     decode = DECODERS[provider]
     for status in (None, 500):
         for given in (body, [body[i : i + 7] for i in range(0, len(body), 7)]):
@@ -217,6 +219,8 @@ def test_hostile_json_is_decoded_or_refused_with_a_decode_error(provider: str, b
     ],
 )
 def test_deeply_nested_body_without_status_raises_decode_error(provider: str) -> None:
+    """Scenario 23 (backend-independent: decoding, before anything reaches a store): nesting 100,000
+    deep is a DecodeError, never a RecursionError."""
     with pytest.raises(DecodeError):
         list(DECODERS[provider](HOSTILE_VALUES["deep-array"]))
 
@@ -333,6 +337,8 @@ def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("recorded_by", list(ENCODERS))
 @pytest.mark.parametrize("target", list(ENCODERS))
 def test_injected_instructions_keep_their_role(recorded_by: str, target: str) -> None:
+    """Scenario 17 (backend-independent: request encoding from recorded events): injected
+    instructions keep their role; no encoder maps stored content to a system role."""
     body = _plain(ENCODERS[target](_injected_conversation(recorded_by)))
     for node in _walk(body):
         assert node.get("role") not in SYSTEM_ROLES, node
@@ -361,6 +367,8 @@ def _backwards_clock() -> Callable[[], datetime]:
 def test_versions_log_and_chain_ignore_a_clock_moving_backwards(
     store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Scenario 24, both backends: with the clock moving backwards, versions, notification ids and
+    the chain are unaffected."""
     monkeypatch.setattr(conversation_module, "_now", _backwards_clock())
     batches = 6
     with open_store(store_url) as store:

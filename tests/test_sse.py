@@ -56,6 +56,7 @@ def test_each_line_ending(eol: bytes) -> None:
 
 
 def test_mixed_line_endings() -> None:
+    """Scenario 15 (backend-independent: SSE framing): CRLF, LF and CR mixed."""
     assert datas([b"data: a\rdata: b\r\ndata: c\n\r\ndata: d\r\r"]) == ["a\nb\nc", "d"]
 
 
@@ -83,6 +84,7 @@ def test_cr_lf_cr_lf_as_bytes_one_at_a_time() -> None:
 
 
 def test_comments_are_ignored() -> None:
+    """Scenario 15 (backend-independent: SSE framing): comments."""
     raw = b": hello\n:\ndata: a\n: between\ndata: b\n\n: ping\n\n"
     events, framer = frame([raw])
     assert events == [SSEEvent(data="a\nb")]
@@ -90,6 +92,7 @@ def test_comments_are_ignored() -> None:
 
 
 def test_multi_line_data_is_joined_with_lf() -> None:
+    """Scenario 15 (backend-independent: SSE framing): multi-line data."""
     assert datas([b"data: a\ndata:\ndata: c\ndata\n\n"]) == ["a\n\nc\n"]
 
 
@@ -232,6 +235,7 @@ def test_only_one_bom_and_only_at_start() -> None:
 
 
 def test_utf8_split_at_every_byte() -> None:
+    """Scenario 15 (backend-independent: SSE framing): UTF-8 sequences split at every byte."""
     text = "héllo € 😀 𝄞 中文"
     raw = f"event: ü\ndata: {text}\n\n".encode()
     for i in range(len(raw) + 1):
@@ -411,6 +415,8 @@ def streams(draw: st.DrawFn) -> tuple[list[SSEEvent], list[bytes]]:
 @given(streams())
 @settings(max_examples=300)
 def test_framing_recovers_the_serialised_events(case: tuple[list[SSEEvent], list[bytes]]) -> None:
+    """Scenario 15 (backend-independent: SSE framing): any events, serialised with random line
+    endings, comments and multi-line data, re-chunked at random boundaries, come back identical."""
     events, chunks = case
     got, framer = frame(chunks)
     assert got == events
@@ -494,6 +500,8 @@ tokens = st.sampled_from(
 @given(st.lists(tokens, max_size=40).map(b"".join), st.data())
 @settings(max_examples=500)
 def test_framer_agrees_with_the_reference(raw: bytes, data: st.DataObject) -> None:
+    """Scenario 15 (backend-independent: SSE framing): any bytes, any chunking: the same events as a
+    reference parser."""
     cuts = data.draw(st.lists(st.integers(0, len(raw)), max_size=10))
     try:
         want = reference(raw)
@@ -626,6 +634,7 @@ def test_feed_data_invalid_utf8() -> None:
 @given(streams())
 @settings(max_examples=300)
 def test_feed_data_recovers_the_serialised_data(case: tuple[list[SSEEvent], list[bytes]]) -> None:
+    """Scenario 15 (backend-independent: SSE framing): the fast path, as above."""
     events, chunks = case
     got, framer = frame_data(chunks)
     assert got == [event.data for event in events]
@@ -653,6 +662,7 @@ fast_blocks = st.lists(
 @given(st.one_of(st.lists(tokens, max_size=40).map(b"".join), fast_blocks), st.data())
 @settings(max_examples=500)
 def test_feed_data_agrees_with_the_reference(raw: bytes, data: st.DataObject) -> None:
+    """Scenario 15 (backend-independent: SSE framing): the fast path agrees with the reference."""
     cuts = data.draw(st.lists(st.integers(0, len(raw)), max_size=10))
     mixed = data.draw(st.lists(st.booleans(), min_size=11, max_size=11))
     try:

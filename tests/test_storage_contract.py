@@ -279,6 +279,8 @@ class TestStoreContract:
             assert store.recorder.select_snapshot(cid) is None
 
     def test_event_too_large_is_refused_before_anything_is_written(self, store_url: str) -> None:
+        """Scenario 21, both backends: an event over max_event_bytes is a typed EventTooLarge before
+        anything of its batch is written."""
         with open_store(store_url, max_event_bytes=1000) as store:
             cid = store.service.start()
             store.service.append(cid, [_message("fits")])
@@ -294,6 +296,8 @@ class TestStoreContract:
             assert store.service.get(cid).version == 2
 
     def test_a_stale_batch_writes_nothing(self, store: Store) -> None:
+        """Scenario 2, both backends: a stale batch of three raises the typed conflict and none of
+        it is written."""
         cid = store.service.start()
         stale = store.repository.load(cid)
         winner = store.service.append(cid, [_message("winner")])
@@ -308,6 +312,8 @@ class TestStoreContract:
 
     @pytest.mark.parametrize("taken", [0, 1, 2])
     def test_a_batch_with_one_taken_position_writes_nothing(self, store: Store, taken: int) -> None:
+        """Scenario 2, both backends: one taken position anywhere in a batch fails it whole; nothing
+        written, no notification id used."""
         recorder, cid = store.recorder, uuid4()
         recorder.append([StoredEvent(cid, 1, "topic.a", b"{}")])
         before = recorder.max_notification_id()
@@ -344,7 +350,9 @@ class TestStoreContract:
 
 
 def test_a_follower_sees_every_event_once_in_order(store: Store) -> None:
-    """Writers race on different conversations while a follower polls the log."""
+    """Scenarios 4 (in small: threads, both backends) and 5: writers race on different
+    conversations while a follower polls the log; a rolled-back batch (a gap on PostgreSQL) is
+    passed over; the follower saw exactly the final log."""
     recorder = store.recorder
     done = threading.Event()
     seen: list[int] = []
@@ -402,6 +410,8 @@ def _assert_busy_then_free(service: ConversationService, cid: ConversationId) ->
 
 
 def test_busy_sqlite_gives_a_typed_error_and_commits_nothing(tmp_path: Path) -> None:
+    """Scenario 25 on SQLite: another connection holds the write lock; busy_timeout bounds the wait,
+    then a typed OperationalError; nothing of the batch is committed, reads go on."""
     path = tmp_path / "busy.db"
     recorder = SQLiteRecorder(path, busy_timeout_ms=200)
     service = ConversationService(EventRepository(recorder))
@@ -425,6 +435,9 @@ def test_busy_sqlite_gives_a_typed_error_and_commits_nothing(tmp_path: Path) -> 
 
 @pytest.mark.postgres
 def test_busy_postgres_gives_a_typed_error_and_commits_nothing(postgres_url: str) -> None:
+    """Scenario 25 on PostgreSQL: another transaction holds the events table lock; lock_timeout
+    bounds the wait, then a typed OperationalError; nothing of the batch is committed, reads go
+    on."""
     import psycopg
     from psycopg import sql
 
