@@ -323,15 +323,23 @@ class AuditFold:
         if self.open_turn == event.turn_id:
             self.open_turn = None
 
-    def _response_started(self, event: ResponseStarted) -> None:
-        self.open_response = event.response_id
-        self.responses[event.response_id] = ResponseAudit(
-            response_id=event.response_id,
-            provider=event.provider,
-            model=event.model,
-            origin=event.origin,
+    def _open(
+        self,
+        response_id: ResponseId,
+        version: int,
+        *,
+        provider: str = "",
+        model: str = "",
+        origin: ResponseOrigin = "provider",
+    ) -> ResponseAudit:
+        """A response's audit, open from event `version` on, in the open turn."""
+        response = self.responses[response_id] = ResponseAudit(
+            response_id=response_id,
+            provider=provider,
+            model=model,
+            origin=origin,
             turn_id=self.open_turn,
-            started_version=event.originator_version,
+            started_version=version,
             ended_version=None,
             state="open",
             finish_reason=None,
@@ -341,6 +349,17 @@ class AuditFold:
             activities={},
             flags=[],
         )
+        return response
+
+    def _response_started(self, event: ResponseStarted) -> None:
+        self.open_response = event.response_id
+        self._open(
+            event.response_id,
+            event.originator_version,
+            provider=event.provider,
+            model=event.model,
+            origin=event.origin,
+        )
         turn = self.turns.get(self.open_turn) if self.open_turn is not None else None
         if turn is not None:
             turn.responses.append(event.response_id)
@@ -348,23 +367,7 @@ class AuditFold:
     def _response_ended(self, event: ResponseEnded) -> None:
         response = self.responses.get(event.response_id)
         if response is None:  # tolerated: the audit reads what is there
-            response = ResponseAudit(
-                response_id=event.response_id,
-                provider="",
-                model="",
-                origin="provider",
-                turn_id=self.open_turn,
-                started_version=event.originator_version,
-                ended_version=None,
-                state="open",
-                finish_reason=None,
-                stop_reason=None,
-                usage=None,
-                error=None,
-                activities={},
-                flags=[],
-            )
-            self.responses[event.response_id] = response
+            response = self._open(event.response_id, event.originator_version)
         response.ended_version = event.originator_version
         response.state = event.state
         response.finish_reason = event.finish_reason
