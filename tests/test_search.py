@@ -320,6 +320,9 @@ operations = st.lists(
 def test_index_equals_a_fold_over_the_log_despite_crashes(
     store_url: str, ops: list[tuple[Any, ...]]
 ) -> None:
+    """Scenario 6, both backends: crashes injected (hypothesis) at reading, after the view write and
+    after the commit; after restart the view equals a fold over all events, and a rebuild
+    (scenario 7) the same."""
     with fresh_store(store_url) as store:
         writer = Writer(store)
         writer.start(3)
@@ -347,6 +350,7 @@ def test_index_equals_a_fold_over_the_log_despite_crashes(
 
 
 def test_rebuild_is_byte_identical(store: Store) -> None:
+    """Scenario 7, both backends: drop the index (reset) and rebuild: byte-identical rows."""
     writer = Writer(store)
     writer.start(3)
     for i, words in enumerate(WORDS):
@@ -371,6 +375,8 @@ def test_rebuild_is_byte_identical(store: Store) -> None:
 
 
 def test_a_tracked_position_is_not_processed_again(store: Store) -> None:
+    """Scenario 6, both backends: re-processing a tracked position is refused by its tracking
+    key."""
     Writer(store).start(2)
     follower = search.follower(store)
     follower.catch_up()
@@ -391,6 +397,7 @@ def test_a_tracked_position_is_not_processed_again(store: Store) -> None:
 
 
 def test_workers_racing_on_one_index_apply_each_event_once(store_url: str) -> None:
+    """Scenario 6, both backends: workers racing on one index apply each event exactly once."""
     with fresh_store(store_url) as store:
         writer = Writer(store)
         writer.start(3)
@@ -479,6 +486,8 @@ def planted(store: Store) -> Store:
 @settings(SLOW, max_examples=300)
 @given(query=HOSTILE)
 def test_hostile_queries_never_reach_the_database_as_syntax(planted: Store, query: str) -> None:
+    """Scenario 19, both backends: hostile query strings never give a database error (bound
+    parameters: test_reliability_search.py)."""
     try:
         hits = search.search(planted, query, catch_up=False)
     except SearchQueryError:
@@ -543,6 +552,7 @@ words = st.text(alphabet, min_size=1, max_size=8).filter(lambda w: bool(search.t
 @settings(SLOW, max_examples=40)
 @given(phrase=st.lists(words, min_size=1, max_size=4).map(" ".join), noise=st.lists(words))
 def test_a_quoted_phrase_finds_its_document(store: Store, phrase: str, noise: list[str]) -> None:
+    """Scenario 19, both backends: a quoted phrase finds its planted document."""
     cid = store.service.start("planted")
     text = " ".join([*noise, phrase, *noise])
     store.service.add_user_input(cid, [UserMessage(blocks=(text,))])
@@ -566,6 +576,8 @@ class Seeing(SearchIndex):
 
 
 def test_writers_and_a_following_worker(store_url: str) -> None:
+    """Scenario 4 in small (threads, both backends): the ids the following worker processed equal
+    the final log, none skipped or repeated."""
     writers, rounds = 4, 25
     with open_store(store_url) as store:
         url = _url_of(store)
@@ -603,6 +615,9 @@ def test_writers_and_a_following_worker(store_url: str) -> None:
 def test_a_rolled_back_append_is_passed_over(
     store_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Scenario 5, both backends: after a rolled-back append the follower neither stalls nor skips
+    the later event, and logs the gap on PostgreSQL (on SQLite a rolled-back append consumes no
+    id: ids are max(id) + 1 under the write lock, so there is no gap to report)."""
     with open_store(store_url) as store:
         writer = Writer(store)
         writer.start(1)
@@ -625,6 +640,9 @@ def test_a_rolled_back_append_is_passed_over(
 def test_an_open_transaction_holds_the_follower_back_then_leaves_a_gap(
     postgres_url: str,
 ) -> None:
+    """Scenario 5 on PostgreSQL only (SQLite has no id drawn by an uncommitted writer): an open
+    transaction holding an id holds the follower back, never past it; once rolled back the gap is
+    passed over."""
     import psycopg
 
     with open_store(postgres_url) as store:
