@@ -27,6 +27,7 @@ __all__ = [
     "RAW_FIELDS",
     "RAW_LIST",
     "ActivitySpan",
+    "RecordedSettings",
     "ResponseSpan",
     "Scan",
     "client_tools",
@@ -187,6 +188,20 @@ def target_model(provider: str, example: str, *candidates: str | None) -> str:
         f"no model to send the request to: set providers.{provider}.model "
         f"(e.g. --cfg providers.{provider}.model={example}) or pass a model"
     )
+
+
+@dataclass(slots=True)
+class RecordedSettings:
+    """The request's settings: the recorded ones, which the configuration overrides."""
+
+    model: str
+    """The model the request goes to."""
+    native: dict[str, msgspec.Raw] | None
+    """The recorded native request's fields, when it is the target provider's."""
+    portable: RequestSettings
+    """The recorded settings, read portably (used when there is no native request)."""
+    source: ResponseStarted | None
+    """The response whose settings these are."""
 
 
 @dataclass(slots=True)

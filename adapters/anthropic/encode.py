@@ -82,6 +82,7 @@ from convstore.adapters.encoding import (
     ANY_JSON,
     ENCODER,
     NO_SETTINGS,
+    RecordedSettings,
     ResponseSpan,
     Scan,
     client_tools,
@@ -108,7 +109,7 @@ from convstore.domain.events import (
     UnknownArtifact,
     UserMessage,
 )
-from convstore.domain.vocabulary import ProviderPayload, RequestSettings
+from convstore.domain.vocabulary import ProviderPayload
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
@@ -561,22 +562,11 @@ _HANDLERS: Final[Mapping[type[Event], Any]] = {
 # --- settings --------------------------------------------------------------------------------
 
 
-class _Settings:
-    """The request's settings: recorded ones, with the configuration's overrides."""
+@dataclass(slots=True)
+class _Settings(RecordedSettings):
+    """The recorded settings, and the Anthropic body the configuration makes of them."""
 
-    def __init__(
-        self,
-        model: str,
-        native: dict[str, msgspec.Raw] | None,
-        portable: RequestSettings,
-        max_tokens: int,
-        source: ResponseStarted | None,
-    ) -> None:
-        self.model = model
-        self.native = native
-        self.portable = portable
-        self.max_tokens = max_tokens
-        self.source = source
+    max_tokens: int
 
     @classmethod
     def resolve(
@@ -602,7 +592,7 @@ class _Settings:
             max_tokens = value if type(value) is int else None
         if max_tokens is None:
             max_tokens = portable.max_tokens or DEFAULT_MAX_TOKENS
-        return cls(chosen, native, portable, max_tokens, source)
+        return cls(chosen, native, portable, source, max_tokens)
 
     def recorded_tools(self, losses: list[Loss]) -> list[DeclaredTool]:
         if self.native is not None:

@@ -87,6 +87,7 @@ from convstore.adapters.encoding import (
     ENCODER,
     NO_SETTINGS,
     RAW_FIELDS,
+    RecordedSettings,
     ResponseSpan,
     Scan,
     client_tools,
@@ -126,7 +127,7 @@ from convstore.domain.events import (
     UnknownArtifact,
     UserMessage,
 )
-from convstore.domain.vocabulary import ProviderPayload, RequestSettings
+from convstore.domain.vocabulary import ProviderPayload
 
 __all__ = [
     "NOT_CONTENT",
@@ -658,20 +659,9 @@ class _Tool:
         return self.fields
 
 
-class _Settings:
-    """The request's settings: recorded ones, with the configuration's overrides."""
-
-    def __init__(
-        self,
-        model: str,
-        native: dict[str, msgspec.Raw] | None,
-        portable: RequestSettings,
-        source: ResponseStarted | None,
-    ) -> None:
-        self.model = model
-        self.native = native
-        self.portable = portable
-        self.source = source
+@dataclass(slots=True)
+class _Settings(RecordedSettings):
+    """The recorded settings, and the Gemini body the configuration makes of them."""
 
     @classmethod
     def resolve(

@@ -95,6 +95,7 @@ from convstore.adapters.encoding import (
     ANY_JSON,
     ENCODER,
     NO_SETTINGS,
+    RecordedSettings,
     ResponseSpan,
     Scan,
     client_tools,
@@ -132,7 +133,7 @@ from convstore.domain.events import (
     UnknownArtifact,
     UserMessage,
 )
-from convstore.domain.vocabulary import ProviderPayload, RequestSettings
+from convstore.domain.vocabulary import ProviderPayload
 
 __all__ = [
     "ENCRYPTED_REASONING",
@@ -803,26 +804,13 @@ def _pending_declarations(pending: list[HostedActivity]) -> dict[str, str]:
     return out
 
 
-class _Settings:
-    """The request's settings: recorded ones, with the configuration's overrides."""
+@dataclass(slots=True)
+class _Settings(RecordedSettings):
+    """The recorded settings, and the OpenAI body the configuration makes of them."""
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        native: dict[str, msgspec.Raw] | None,
-        portable: RequestSettings,
-        source: ResponseStarted | None,
-        store: bool,
-        max_output_tokens: Any,
-    ) -> None:
-        self.model = model
-        self.native = native
-        self.portable = portable
-        self.source = source
-        self.store = store
-        self.max_output_tokens = max_output_tokens
-        """An int, the recorded `msgspec.Raw`, or None (not sent)."""
+    store: bool
+    max_output_tokens: Any
+    """An int, the recorded `msgspec.Raw`, or None (not sent)."""
 
     @classmethod
     def resolve(
