@@ -251,10 +251,10 @@ def _ingest_peak(store: Store, blocks: int) -> int:
 
 
 def test_a_very_long_stream_is_recorded_with_flat_memory(store: Store) -> None:
-    """Scenario 21: recording a 48 MB stream peaks no higher than recording a 12 MB one
+    """Scenario 21: recording a 32 MB stream peaks no higher than recording an 8 MB one
     (the recorder commits every DEFAULT_FLUSH_BYTES; nothing of a committed block is held)."""
-    short = _ingest_peak(store, 1500)  # about 12 MB of text
-    long = _ingest_peak(store, 6000)  # about 48 MB of text
+    short = _ingest_peak(store, 1000)  # about 8 MB of text: two commits
+    long = _ingest_peak(store, 4000)  # about 32 MB of text: eight commits
     assert long < short * 1.25 + 1024 * 1024, f"peak {long} bytes for 4x the stream ({short})"
     # The bound is the recorder's commit buffer: its events, their encodings and the
     # driver's copy of the batch (PostgreSQL's array parameters make it the larger).
