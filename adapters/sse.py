@@ -9,9 +9,7 @@ objects, no decoded copy of the text).
 Where we depart from the browser's reading, on purpose:
 
 - Invalid UTF-8 raises `SSEDecodeError` (with its byte offset) instead of becoming
-  U+FFFD: a recorder must not store text the provider never sent. The events completed
-  before the bad byte are returned first, whatever the chunking: the error is raised by
-  the next call (`feed`, `feed_data` or `close`).
+  U+FFFD: a recorder must not store text the provider never sent.
 - End of stream: the spec discards an event that no blank line closed. We are a
   recorder, so `SSEFramer.close()` still delivers it when it has a data line, with
   `complete=False`, and sets `SSEFramer.ended_mid_event`. An unterminated last line
@@ -20,6 +18,9 @@ Where we depart from the browser's reading, on purpose:
   event's fields. When the current event's data (UTF-8 bytes of its `data` values) plus
   the line being received exceed `max_event_bytes`, it raises `SSEDecodeError` instead
   of growing without bound.
+- Nothing before an error is lost, whatever the chunking: a call that meets invalid
+  UTF-8 or an oversized event returns the events completed before it, and the next call
+  (`feed`, `feed_data` or `close`) raises the error.
 
 As in the spec: a block with no `data` line is not dispatched (an `event:`-only block
 included); `id` is the last event ID, which persists across events until an `id:` field
@@ -29,8 +30,8 @@ kept on the framer, and is also shown on the event whose block carried it.
 
 import codecs
 import re
-from collections.abc import Iterable, Iterator
-from typing import Final
+from collections.abc import Callable, Iterable, Iterator
+from typing import Final, TypeVar
 
 import msgspec
 
@@ -57,6 +58,9 @@ _DATA_BLOCK: Final = re.compile(rb"(?:event:[^\n]*\n)?data: ?([^\n]*)\n\n")
 _CRLF_DATA_BLOCK: Final = re.compile(rb"(?:event:[^\r\n]*\r\n)?data: ?([^\n]*)\r\n\r\n")
 """The same block with CRLF line endings (the data it captures may end up holding a CR,
 which the caller checks for)."""
+_LINE_BYTES: Final = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n)")
+_LINE_TEXT: Final = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)")
+"""One line with its ending: how a read that met an oversized event is read again."""
 
 
 class SSEDecodeError(DecodeError):
@@ -76,6 +80,12 @@ class SSEEvent(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The reconnection time (ms) a `retry:` field in this event's block set, if any."""
     complete: bool = True
     """False for a final event the stream cut before its closing blank line."""
+
+
+_Lines = TypeVar("_Lines", str, bytes)
+_Out = TypeVar("_Out", SSEEvent, bytes)
+_State = tuple[list[str], str, int | None, int, bool, str | None, int | None, bool]
+"""A framer's event under way, ids and BOM flag (see `SSEFramer._state`)."""
 
 
 class SSEFramer:
@@ -137,10 +147,14 @@ class SSEFramer:
         try:
             text = str(head, "utf-8")
         except UnicodeDecodeError as exc:
-            return self._lines(self._before_bad_utf8(head, exc, start).decode())
-        events = self._lines(text)
-        if self._tail_size and self._tail_size + self._size > self.max_event_bytes:
-            raise self._too_large()
+            text = self._before_bad_utf8(head, exc, start).decode()
+        state = self._state()
+        try:
+            events = self._lines(text)
+        except SSEDecodeError as error:  # an oversized event: what came before it is kept
+            self._restore(state)
+            return self._until_error(self._lines, _LINE_TEXT.findall(text), error)
+        self._check_tail()
         return events
 
     def feed_data(self, chunk: bytes) -> list[bytes]:
@@ -188,7 +202,7 @@ class SSEFramer:
             datas = parts[1::2]
         limit = self.max_event_bytes
         if end > limit and max(map(len, datas)) > limit:
-            raise self._too_large()
+            return self._feed_data(chunk)  # the events before the oversized one, then the error
         self._offset += end
         if end != len(chunk):
             datas.extend(self._feed_data(chunk[end:]))
@@ -203,11 +217,16 @@ class SSEFramer:
             try:
                 str(head, "utf-8")  # validation only: the bytes are what we hand out
             except UnicodeDecodeError as exc:
-                valid = self._before_bad_utf8(head, exc, start)
-                return self._data_lines(valid) if valid else []
-        datas = self._data_lines(head)
-        if self._tail_size and self._tail_size + self._size > self.max_event_bytes:
-            raise self._too_large()
+                head = self._before_bad_utf8(head, exc, start)
+                if not head:
+                    return []
+        state = self._state()
+        try:
+            datas = self._data_lines(head)
+        except SSEDecodeError as error:  # an oversized event: what came before it is kept
+            self._restore(state)
+            return self._until_error(self._data_lines, _LINE_BYTES.findall(head), error)
+        self._check_tail()
         return datas
 
     def _whole_lines(self, chunk: bytes, method: str) -> tuple[bytes, int]:
@@ -236,8 +255,7 @@ class SSEFramer:
                 tail.append(chunk)
                 self._tail_size += size
                 self._offset += size
-                if self._tail_size + self._size > self.max_event_bytes:
-                    raise self._too_large()
+                self._check_tail()
             return b"", 0
         start = self._offset - self._tail_size
         self._offset += size
@@ -297,6 +315,51 @@ class SSEFramer:
             raise failed
         if self._spent:
             raise RuntimeError(f"SSEFramer.{method} after {self._spent}")
+
+    def _check_tail(self) -> None:
+        """Fail (at the next call) when the line being received makes the event too large."""
+        if self._tail_size and self._tail_size + self._size > self.max_event_bytes:
+            self._failed = self._failed or self._too_large()
+
+    def _state(self) -> _State:
+        """What reading whole lines changes (the event under way, the ids, the BOM flag)."""
+        return (
+            list(self._data),
+            self._event,
+            self._event_retry,
+            self._size,
+            self._in_event,
+            self.last_event_id,
+            self.retry,
+            self._at_start,
+        )
+
+    def _restore(self, state: _State) -> None:
+        (
+            self._data,
+            self._event,
+            self._event_retry,
+            self._size,
+            self._in_event,
+            self.last_event_id,
+            self.retry,
+            self._at_start,
+        ) = state
+
+    def _until_error(
+        self, read: Callable[[_Lines], list[_Out]], lines: list[_Lines], error: SSEDecodeError
+    ) -> list[_Out]:
+        """Read `lines` again one at a time up to the one that fails, so that the events
+        before it are returned; the error is kept for the next call."""
+        out: list[_Out] = []
+        try:
+            for line in lines:
+                out.extend(read(line))
+        except SSEDecodeError as again:
+            error = again
+        self._spent = "an SSEDecodeError"
+        self._failed = error
+        return out
 
     def _before_bad_utf8(self, head: bytes, exc: UnicodeDecodeError, start: int) -> bytes:
         """The whole lines of `head` before its invalid UTF-8 (read by the caller); the
