@@ -8,6 +8,7 @@ from typing import Any, Final
 
 import msgspec
 
+from convstore.adapters.bodies import require_utf8
 from convstore.domain.errors import DecodeError
 from convstore.domain.vocabulary import ProviderPayload
 
@@ -19,7 +20,9 @@ _ANY: Final = msgspec.json.Decoder()
 
 def request_fields(body: bytes | str, api: str) -> dict[str, msgspec.Raw]:
     """The top-level fields of a request body to `api` (e.g. "Anthropic"); DecodeError if
-    it is not a JSON object."""
+    it is not a JSON object, or not UTF-8 (the fields are kept raw, as a payload)."""
+    if isinstance(body, bytes):
+        require_utf8(body, what=f"the {api} request body")
     try:
         return _FIELDS.decode(body)
     except (msgspec.DecodeError, RecursionError) as error:

@@ -908,3 +908,14 @@ def test_an_oversized_event_keeps_the_events_before_it(
     assert [getattr(x, "data", x) for x in got] in (["a"], [b"a"])
     with pytest.raises(SSEDecodeError, match="exceeds 100 bytes"):
         method(framer, b"data: b" + eol + eol)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_request_body_that_is_not_utf8_is_a_decode_error(provider: str) -> None:
+    """Scenario 23: a captured request with invalid UTF-8 in a field kept only raw (here
+    `temperature`) is refused with DecodeError; it used to reach the aggregate inside the
+    response's settings payload, which refused it (InvalidPayload)."""
+    request = b'{"model":"m","temperature":"\xed\xa0\x80","stream":true}'
+    body = (EXAMPLES / provider / ROUND_TRIP[provider] / "1.response.sse").read_bytes()
+    with pytest.raises(DecodeError, match="not UTF-8"):
+        list(adapter(provider).decode(body, request, None))
