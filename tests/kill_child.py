@@ -61,7 +61,7 @@ class Capture:
     exchanges: tuple[Exchange, ...]
 
 
-def load_sequences() -> list[Capture]:
+def load_captures() -> list[Capture]:
     """Every example folder whose responses the provider's adapter decodes."""
     found = []
     for provider in PROVIDERS:
@@ -186,22 +186,22 @@ def _ingest(
 
 def run(url: str, work: Path, seed: int, snapshot_every: int, big_every: int) -> None:
     """Ingest rounds of every capture (and the long response) until killed."""
-    sequences = load_sequences()
+    captures = load_captures()
     big = work / "big.response.sse"
     with open_store(url, snapshot_every=snapshot_every) as store:
         service = store.service
         for number in itertools.count():
             suffix = f"-{seed}-{number}"
-            for sequence in sequences:
-                ids = [exchange.response_id for exchange in sequence.exchanges]
+            for capture in captures:
+                ids = [exchange.response_id for exchange in capture.exchanges]
                 conversation: ConversationId | None = None
-                for exchange in sequence.exchanges:
-                    path = work / f"{sequence.provider}-{sequence.folder}-{exchange.name}"
+                for exchange in capture.exchanges:
+                    path = work / f"{capture.provider}-{capture.folder}-{exchange.name}"
                     path.write_bytes(_unique(exchange.response, ids, suffix))
                     request = (
                         None if exchange.request is None else _unique(exchange.request, ids, suffix)
                     )
-                    report = _ingest(service, sequence.provider, path, request, conversation)
+                    report = _ingest(service, capture.provider, path, request, conversation)
                     conversation = report.conversation_id
                     _ack(conversation, report)
             if big_every and number % big_every == 0:
