@@ -781,14 +781,14 @@ def fuzz_framer(mutant: Mutant, max_event_bytes: int) -> None:
     check_framer(mutant.body, mutant.chunks(), max_event_bytes)
 
 
-@settings(FAST, max_examples=450)
+@settings(FAST, max_examples=1000)
 @given(mutant=ANY_MUTANT)
 def test_mutated_captures_decode_or_raise_decode_error(store: Store, mutant: Mutant) -> None:
     """Scenarios 23, 13, 11, 12 (see `fuzz_decode`)."""
     fuzz_decode(store, mutant)
 
 
-@settings(FAST, max_examples=150)
+@settings(FAST, max_examples=300)
 @given(mutant=WITH_REQUEST)
 def test_mutated_requests_ingest_or_report_a_decode_error(
     store: Store, tmp_path_factory: pytest.TempPathFactory, mutant: Mutant
@@ -797,7 +797,7 @@ def test_mutated_requests_ingest_or_report_a_decode_error(
     fuzz_history(store, tmp_path_factory.getbasetemp(), mutant)
 
 
-@settings(FAST, max_examples=200)
+@settings(FAST, max_examples=400)
 @given(mutant=FRAMED, max_event_bytes=st.sampled_from((1, 64, 4096, 2**26)))
 def test_mutated_captures_frame_alike(mutant: Mutant, max_event_bytes: int) -> None:
     """Scenario 15 (see `fuzz_framer`)."""
@@ -821,7 +821,7 @@ def test_soak_large_mutated_streams_keep_memory_and_time_bounded(mutant: Mutant)
 
 
 @pytest.mark.soak
-@settings(SOAK, max_examples=3000)
+@settings(SOAK, max_examples=6000)
 @given(mutant=ANY_MUTANT)
 def test_soak_mutated_captures_decode_or_raise_decode_error(store: Store, mutant: Mutant) -> None:
     """Scenarios 23, 13, 11, 12, many random examples (see `fuzz_decode`)."""
@@ -829,7 +829,7 @@ def test_soak_mutated_captures_decode_or_raise_decode_error(store: Store, mutant
 
 
 @pytest.mark.soak
-@settings(SOAK, max_examples=1000)
+@settings(SOAK, max_examples=2000)
 @given(mutant=WITH_REQUEST)
 def test_soak_mutated_requests_ingest_or_report_a_decode_error(
     store: Store, tmp_path_factory: pytest.TempPathFactory, mutant: Mutant
@@ -839,7 +839,7 @@ def test_soak_mutated_requests_ingest_or_report_a_decode_error(
 
 
 @pytest.mark.soak
-@settings(SOAK, max_examples=1500)
+@settings(SOAK, max_examples=3000)
 @given(mutant=FRAMED, max_event_bytes=st.sampled_from((1, 64, 4096, 2**26)))
 def test_soak_mutated_captures_frame_alike(mutant: Mutant, max_event_bytes: int) -> None:
     """Scenario 15, many random examples (see `fuzz_framer`)."""
