@@ -1,15 +1,15 @@
 """What the providers' configuration blocks (`providers.<name>`) share.
 
 Strict tables (an unknown key is an error naming it), reading a provider's block out of
-the whole configuration, validation errors spelled as configuration keys, the base URL
-rule, the user location of web search, and the three-valued `enable` of hosted tools.
+the whole configuration with validation errors spelled as configuration keys, the base
+URL rule, the user location of web search, and the three-valued `enable` of hosted tools.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any, Final, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Final, Literal, Self
 from urllib.parse import urlsplit
 
 import msgspec
@@ -20,11 +20,10 @@ __all__ = [
     "ConfigBlock",
     "HostedToolsBlock",
     "PositiveInt",
+    "ProviderConfig",
     "UserLocation",
     "check_http_url",
-    "convert_block",
     "is_loopback",
-    "provider_block",
 ]
 
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
@@ -62,27 +61,36 @@ class HostedToolsBlock(ConfigBlock, frozen=True, kw_only=True):
         return [name for name in self.__struct_fields__ if self.setting(name) is True]
 
 
-def provider_block(config: Mapping[str, Any], provider: str) -> Mapping[str, Any]:
-    """The table `config["providers"][provider]` (empty when absent)."""
-    providers = config.get("providers", {})
-    if not isinstance(providers, Mapping):
-        raise ConfigurationError("providers must be a table")
-    block = providers.get(provider, {})
-    if not isinstance(block, Mapping):
-        raise ConfigurationError(f"providers.{provider} must be a table")
-    return block
+class ProviderConfig(ConfigBlock, frozen=True, kw_only=True):
+    """A provider's block, `providers.<provider>`; a subclass declares its keys and
+    `check`s the rules its types cannot say."""
 
+    provider: ClassVar[str]
 
-B = TypeVar("B", bound=ConfigBlock)
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> Self:
+        """The typed view of `config["providers"][provider]` (defaults when absent)."""
+        providers = config.get("providers", {})
+        if not isinstance(providers, Mapping):
+            raise ConfigurationError("providers must be a table")
+        block = providers.get(cls.provider, {})
+        if not isinstance(block, Mapping):
+            raise ConfigurationError(f"providers.{cls.provider} must be a table")
+        return cls.from_block(block)
 
+    @classmethod
+    def from_block(cls, block: Mapping[str, Any]) -> Self:
+        """The typed view of the `providers.<provider>` table itself; ConfigurationError
+        naming the key that does not fit."""
+        try:
+            config = msgspec.convert(dict(block), cls)
+        except msgspec.ValidationError as error:
+            raise ConfigurationError(_explain(str(error), f"providers.{cls.provider}")) from None
+        config.check()
+        return config
 
-def convert_block(block: Mapping[str, Any], kind: type[B], provider: str) -> B:
-    """The typed view of the `providers.<provider>` table; ConfigurationError naming the
-    key when the table does not fit `kind`."""
-    try:
-        return msgspec.convert(dict(block), kind)
-    except msgspec.ValidationError as error:
-        raise ConfigurationError(_explain(str(error), f"providers.{provider}")) from None
+    def check(self) -> None:
+        """Raise ConfigurationError for what the keys' types cannot say."""
 
 
 _UNKNOWN_FIELD: Final = re.compile(r"Object contains unknown field `([^`]*)`(?: - at `\$(.*)`)?")

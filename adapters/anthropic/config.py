@@ -48,11 +48,10 @@ from convstore.adapters.provider_config import (
     ConfigBlock,
     HostedToolsBlock,
     PositiveInt,
+    ProviderConfig,
     UserLocation,
     check_http_url,
-    convert_block,
     is_loopback,
-    provider_block,
 )
 from convstore.domain.errors import ConfigurationError
 
@@ -135,8 +134,10 @@ class HostedToolsConfig(HostedToolsBlock, frozen=True, kw_only=True):
     code_execution: CodeExecutionConfig = CodeExecutionConfig()
 
 
-class AnthropicConfig(ConfigBlock, frozen=True, kw_only=True):
+class AnthropicConfig(ProviderConfig, frozen=True, kw_only=True):
     """`providers.anthropic`. API keys never live here: `ANTHROPIC_API_KEY` only."""
+
+    provider = "anthropic"
 
     model: str | None = None
     max_tokens: PositiveInt | None = None
@@ -145,24 +146,16 @@ class AnthropicConfig(ConfigBlock, frozen=True, kw_only=True):
     """None: decided by `base_url`'s host; True/False overrides that rule."""
     hosted_tools: HostedToolsConfig = HostedToolsConfig()
 
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> AnthropicConfig:
-        """The typed view of `config["providers"]["anthropic"]` (defaults when absent)."""
-        return cls.from_block(provider_block(config, "anthropic"))
-
-    @classmethod
-    def from_block(cls, block: Mapping[str, Any]) -> AnthropicConfig:
-        """The typed view of the `providers.anthropic` table itself."""
-        config = convert_block(block, cls, "anthropic")
+    def check(self) -> None:
+        """One of `allowed_domains` and `blocked_domains` per tool; an http(s) base URL."""
         for name in ("web_search", "web_fetch"):
-            tool = getattr(config.hosted_tools, name)
+            tool = getattr(self.hosted_tools, name)
             if tool.allowed_domains is not None and tool.blocked_domains is not None:
                 raise ConfigurationError(
                     f"providers.anthropic.hosted_tools.{name}: allowed_domains and "
                     "blocked_domains cannot both be set; use one of them"
                 )
-        check_http_url(config.base_url, "providers.anthropic.base_url")
-        return config
+        check_http_url(self.base_url, "providers.anthropic.base_url")
 
 
 # --- declarations ----------------------------------------------------------------------------

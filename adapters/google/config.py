@@ -65,10 +65,9 @@ from convstore.adapters.provider_config import (
     ConfigBlock,
     HostedToolsBlock,
     PositiveInt,
+    ProviderConfig,
     check_http_url,
-    convert_block,
     is_loopback,
-    provider_block,
 )
 from convstore.domain.errors import ConfigurationError
 
@@ -158,8 +157,10 @@ class ThinkingConfig(ConfigBlock, frozen=True, kw_only=True):
         return out
 
 
-class GoogleConfig(ConfigBlock, frozen=True, kw_only=True):
+class GoogleConfig(ProviderConfig, frozen=True, kw_only=True):
     """`providers.google`. API keys never live here: `GEMINI_API_KEY` or `GOOGLE_API_KEY`."""
+
+    provider = "google"
 
     model: str | None = None
     max_output_tokens: PositiveInt | None = None
@@ -169,19 +170,11 @@ class GoogleConfig(ConfigBlock, frozen=True, kw_only=True):
     thinking: ThinkingConfig | None = None
     hosted_tools: HostedToolsConfig = HostedToolsConfig()
 
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> GoogleConfig:
-        """The typed view of `config["providers"]["google"]` (defaults when absent)."""
-        return cls.from_block(provider_block(config, "google"))
-
-    @classmethod
-    def from_block(cls, block: Mapping[str, Any]) -> GoogleConfig:
-        """The typed view of the `providers.google` table itself."""
-        config = convert_block(block, cls, "google")
-        check_base_url(config.base_url)
-        if config.model is not None and not config.model.strip():
+    def check(self) -> None:
+        """A base URL requests can be built on; a model name, when given, not blank."""
+        check_base_url(self.base_url)
+        if self.model is not None and not self.model.strip():
             raise ConfigurationError("providers.google.model: the model name is empty")
-        return config
 
 
 # --- endpoints -------------------------------------------------------------------------------

@@ -75,11 +75,10 @@ from convstore.adapters.provider_config import (
     ConfigBlock,
     HostedToolsBlock,
     PositiveInt,
+    ProviderConfig,
     UserLocation,
     check_http_url,
-    convert_block,
     is_loopback,
-    provider_block,
 )
 from convstore.domain.errors import ConfigurationError
 
@@ -150,8 +149,10 @@ class HostedToolsConfig(HostedToolsBlock, frozen=True, kw_only=True):
     code_interpreter: CodeInterpreterConfig = CodeInterpreterConfig()
 
 
-class OpenAIConfig(ConfigBlock, frozen=True, kw_only=True):
+class OpenAIConfig(ProviderConfig, frozen=True, kw_only=True):
     """`providers.openai`. API keys never live here: `OPENAI_API_KEY` only."""
+
+    provider = "openai"
 
     model: str | None = None
     max_output_tokens: PositiveInt | None = None
@@ -162,23 +163,15 @@ class OpenAIConfig(ConfigBlock, frozen=True, kw_only=True):
     """None: decided by `base_url`'s host; True/False overrides that rule."""
     hosted_tools: HostedToolsConfig = HostedToolsConfig()
 
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> OpenAIConfig:
-        """The typed view of `config["providers"]["openai"]` (defaults when absent)."""
-        return cls.from_block(provider_block(config, "openai"))
-
-    @classmethod
-    def from_block(cls, block: Mapping[str, Any]) -> OpenAIConfig:
-        """The typed view of the `providers.openai` table itself."""
-        config = convert_block(block, cls, "openai")
-        search = config.hosted_tools.file_search
+    def check(self) -> None:
+        """File search names its vector stores; an http(s) base URL."""
+        search = self.hosted_tools.file_search
         if search.enable and not search.vector_store_ids:
             raise ConfigurationError(
                 "providers.openai.hosted_tools.file_search: vector_store_ids is required "
                 'when file search is enabled (e.g. vector_store_ids = ["vs_…"])'
             )
-        check_http_url(config.base_url, "providers.openai.base_url")
-        return config
+        check_http_url(self.base_url, "providers.openai.base_url")
 
 
 # --- declarations ----------------------------------------------------------------------------
