@@ -18,6 +18,7 @@ from convstore.domain.errors import ConfigurationError
 
 __all__ = [
     "ConfigBlock",
+    "HostedTool",
     "HostedToolsBlock",
     "PositiveInt",
     "ProviderConfig",
@@ -45,16 +46,22 @@ class UserLocation(ConfigBlock, frozen=True, kw_only=True):
     """IANA time zone, e.g. `Europe/Paris`."""
 
 
+class HostedTool(ConfigBlock, frozen=True, kw_only=True):
+    """`hosted_tools.<tool>`: `enable` (absent: not configured, `false`: removed, `true`:
+    declared), then the tool's own knobs."""
+
+    enable: bool | None = None
+
+
 class HostedToolsBlock(ConfigBlock, frozen=True, kw_only=True):
     """`hosted_tools`: one table per hosted tool, each disabled unless `enable = true`.
 
-    A provider's subclass declares each tool as a field whose table has an `enable`."""
+    A provider's subclass declares each tool as a `HostedTool` field."""
 
     def setting(self, name: str) -> bool | None:
         """The `enable` of hosted tool `name`: True, False, or None when not configured."""
         tool = getattr(self, name) if name in self.__struct_fields__ else None
-        enable: bool | None = None if tool is None else tool.enable
-        return enable
+        return tool.enable if isinstance(tool, HostedTool) else None
 
     def enabled(self) -> list[str]:
         """The hosted tools enabled, in declaration order."""

@@ -46,6 +46,7 @@ import msgspec
 
 from convstore.adapters.provider_config import (
     ConfigBlock,
+    HostedTool,
     HostedToolsBlock,
     PositiveInt,
     ProviderConfig,
@@ -93,10 +94,9 @@ NATIVE_TOOL_BETAS: Final[Mapping[str, str]] = {
 Domain = Annotated[str, msgspec.Meta(min_length=1)]
 
 
-class WebSearchConfig(ConfigBlock, frozen=True, kw_only=True):
+class WebSearchConfig(HostedTool, frozen=True, kw_only=True):
     """`hosted_tools.web_search`."""
 
-    enable: bool | None = None
     max_uses: PositiveInt | None = None
     allowed_domains: list[Domain] | None = None
     blocked_domains: list[Domain] | None = None
@@ -109,10 +109,9 @@ class WebFetchCitations(ConfigBlock, frozen=True, kw_only=True):
     enabled: bool = False
 
 
-class WebFetchConfig(ConfigBlock, frozen=True, kw_only=True):
+class WebFetchConfig(HostedTool, frozen=True, kw_only=True):
     """`hosted_tools.web_fetch`."""
 
-    enable: bool | None = None
     max_uses: PositiveInt | None = None
     allowed_domains: list[Domain] | None = None
     blocked_domains: list[Domain] | None = None
@@ -120,10 +119,8 @@ class WebFetchConfig(ConfigBlock, frozen=True, kw_only=True):
     max_content_tokens: PositiveInt | None = None
 
 
-class CodeExecutionConfig(ConfigBlock, frozen=True, kw_only=True):
+class CodeExecutionConfig(HostedTool, frozen=True, kw_only=True):
     """`hosted_tools.code_execution`."""
-
-    enable: bool | None = None
 
 
 class HostedToolsConfig(HostedToolsBlock, frozen=True, kw_only=True):

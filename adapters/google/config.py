@@ -63,6 +63,7 @@ import msgspec
 
 from convstore.adapters.provider_config import (
     ConfigBlock,
+    HostedTool,
     HostedToolsBlock,
     PositiveInt,
     ProviderConfig,
@@ -113,22 +114,16 @@ _TOOL_NAMES: Final[Mapping[str, str]] = {
 Budget = Annotated[int, msgspec.Meta(ge=-1)]
 
 
-class GoogleSearchConfig(ConfigBlock, frozen=True, kw_only=True):
+class GoogleSearchConfig(HostedTool, frozen=True, kw_only=True):
     """`hosted_tools.google_search`."""
 
-    enable: bool | None = None
 
-
-class UrlContextConfig(ConfigBlock, frozen=True, kw_only=True):
+class UrlContextConfig(HostedTool, frozen=True, kw_only=True):
     """`hosted_tools.url_context`."""
 
-    enable: bool | None = None
 
-
-class CodeExecutionConfig(ConfigBlock, frozen=True, kw_only=True):
+class CodeExecutionConfig(HostedTool, frozen=True, kw_only=True):
     """`hosted_tools.code_execution`."""
-
-    enable: bool | None = None
 
 
 class HostedToolsConfig(HostedToolsBlock, frozen=True, kw_only=True):

@@ -72,7 +72,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from convstore.adapters.provider_config import (
-    ConfigBlock,
+    HostedTool,
     HostedToolsBlock,
     PositiveInt,
     ProviderConfig,
@@ -114,29 +114,26 @@ Domain = Annotated[str, msgspec.Meta(min_length=1, pattern=r"^(?!https?://)[^\s/
 VectorStoreId = Annotated[str, msgspec.Meta(min_length=1)]
 
 
-class WebSearchConfig(ConfigBlock, frozen=True, kw_only=True):
+class WebSearchConfig(HostedTool, frozen=True, kw_only=True):
     """`hosted_tools.web_search`."""
 
-    enable: bool | None = None
     search_context_size: Literal["low", "medium", "high"] | None = None
     user_location: UserLocation | None = None
     allowed_domains: list[Domain] | None = None
     """Sent as the tool's `filters.allowed_domains`."""
 
 
-class FileSearchConfig(ConfigBlock, frozen=True, kw_only=True):
+class FileSearchConfig(HostedTool, frozen=True, kw_only=True):
     """`hosted_tools.file_search`."""
 
-    enable: bool | None = None
     vector_store_ids: list[VectorStoreId] | None = None
     """Required when enabled."""
     max_num_results: Annotated[int, msgspec.Meta(ge=1, le=50)] | None = None
 
 
-class CodeInterpreterConfig(ConfigBlock, frozen=True, kw_only=True):
+class CodeInterpreterConfig(HostedTool, frozen=True, kw_only=True):
     """`hosted_tools.code_interpreter`."""
 
-    enable: bool | None = None
     container: Annotated[str, msgspec.Meta(min_length=1)] = "auto"
     """`auto` (a fresh container) or an existing container's id."""
 
