@@ -26,6 +26,7 @@ refuses a repeated or lower position atomically, as eventsourcing's recorder doe
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -132,6 +133,7 @@ class PostgresRecorder(ConversationRecorder):
         self._local = threading.local()
         self._connections: list[Connection] = []
         self._guard = threading.Lock()
+        self._subscriptions: weakref.WeakSet[PostgresSubscription] = weakref.WeakSet()
         self._topic_ids: dict[str, int] = {}
         self._topics: dict[int, str] = {}
         s = sql.Identifier(schema)
@@ -220,7 +222,13 @@ class PostgresRecorder(ConversationRecorder):
             self._discard(connection)
 
     def close(self) -> None:
-        """Close every thread's connection."""
+        """Stop every subscription still running, and close every thread's connection.
+
+        A subscription left running would keep its (non-daemon) pull thread, and with it
+        the process, alive after the store is closed.
+        """
+        for subscription in list(self._subscriptions):
+            subscription.stop()
         with self._guard:
             for connection in self._connections:
                 connection.close()
@@ -420,7 +428,9 @@ class PostgresRecorder(ConversationRecorder):
 
     def subscribe(self, gt: int | None = None, topics: Sequence[str] = ()) -> Subscription[Any]:
         """Notifications after `gt` as they are committed (LISTEN/NOTIFY wakes the reader)."""
-        return PostgresSubscription(self, gt=gt, topics=topics)
+        subscription = PostgresSubscription(self, gt=gt, topics=topics)
+        self._subscriptions.add(subscription)
+        return subscription
 
     # --- tracking ---------------------------------------------------------------------------
 
