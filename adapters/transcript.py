@@ -36,7 +36,7 @@ from convstore.domain import (
     UserMessage,
 )
 from convstore.domain.responses import ResponseOutcome
-from convstore.projections.export import (
+from convstore.projections.wording import (
     activity_label,
     cite,
     source_line,

@@ -56,7 +56,7 @@ from convstore.domain.vocabulary import (
     TurnTrigger,
     Usage,
 )
-from convstore.projections.export import usage_counters
+from convstore.projections.wording import usage_counters
 
 AUDIT_SCHEMA: Final = "convstore.audit/1"
 """The report's schema: the name and major version of the shape below. Fields may be added

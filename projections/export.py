@@ -31,8 +31,8 @@ Files: `ExportFolder` writes only inside one folder opened without following a l
 so a link planted at a file's name is replaced, never followed; names come from
 `file_name` (an ASCII slug of the title, then the id).
 
-The wording helpers (`when`, `activity_label`, `source_line`, `cite`) are shared with the
-terminal transcript (`adapters.transcript`).
+The wording (timestamps, activity labels, source lines, citation markers) is
+`projections.wording`, shared with the terminal transcript and the audit.
 """
 
 from __future__ import annotations
@@ -42,12 +42,12 @@ import re
 import secrets
 import stat
 import unicodedata
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import suppress
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Literal, Protocol, TypeAlias
+from typing import Any, Final, Literal, TypeAlias
 from uuid import UUID
 
 import msgspec
@@ -71,165 +71,11 @@ from convstore.projections.portable import (
     UnknownItem,
     UserItem,
 )
+from convstore.projections.wording import activity_label, cite, source_line, usage_counters, when
 
 Format: TypeAlias = Literal["json", "jsonl", "md"]
 FORMATS: Final[tuple[Format, ...]] = ("json", "jsonl", "md")
 """Every export format; each is also its files' extension."""
-
-# --- wording shared with the terminal transcript -------------------------------------------
-
-
-def when(moment: datetime) -> str:
-    """A timestamp as people read it, in UTC."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def activity_label(name: str, input: Mapping[str, Any]) -> str:
-    """`web search: "query"`: a hosted activity's name and what it was asked, one line."""
-    label = f"{one_line(name).replace('_', ' ')}:"
-    query, queries = input.get("query"), input.get("queries")
-    if isinstance(query, str):
-        label += f' "{shorten(query, 200)}"'
-    elif isinstance(queries, list) and queries and all(isinstance(q, str) for q in queries):
-        label += " " + shorten(", ".join(f'"{q}"' for q in queries), 200)
-    elif input:
-        label += f" {shorten(to_json(input), 200)}"
-    return label
-
-
-class LocationLike(Protocol):
-    """A cited location (domain `Location`, portable `CitedLocation`)."""
-
-    @property
-    def unit(self) -> str: ...
-    @property
-    def start(self) -> int: ...
-    @property
-    def end(self) -> int: ...
-    @property
-    def document_index(self) -> int | None: ...
-
-
-class SourceLike(Protocol):
-    """A cited source (domain `Source`, portable `CitedSource`)."""
-
-    @property
-    def kind(self) -> str: ...
-    @property
-    def url(self) -> str | None: ...
-    @property
-    def title(self) -> str | None: ...
-    @property
-    def id(self) -> str | None: ...
-    @property
-    def location(self) -> LocationLike | None: ...
-
-
-class SpanLike(Protocol):
-    """A cited span (domain `TextRange`, portable `Span`)."""
-
-    @property
-    def end(self) -> int: ...
-
-
-class CitationLike(Protocol):
-    """A citation (domain `Attribution`, portable `Citation`)."""
-
-    @property
-    def source(self) -> SourceLike: ...
-    @property
-    def range(self) -> SpanLike | None: ...
-
-
-class UsageLike(Protocol):
-    """A response's usage counters (domain `Usage`, portable `UsageInfo`)."""
-
-    @property
-    def input_tokens(self) -> int | None: ...
-    @property
-    def output_tokens(self) -> int | None: ...
-    @property
-    def cache_read_tokens(self) -> int | None: ...
-    @property
-    def cache_write_tokens(self) -> int | None: ...
-    @property
-    def reasoning_tokens(self) -> int | None: ...
-    @property
-    def hosted(self) -> Mapping[str, int]: ...
-
-
-def usage_counters(usage: UsageLike, name: Callable[[str], str]) -> list[str]:
-    """`in 12`, `out 40`, `cache read 3`, …: each counter `usage` has, the token counters
-    first, then the hosted ones with their names rendered by `name`."""
-    counters = [
-        f"{label} {count}"
-        for label, count in (
-            ("in", usage.input_tokens),
-            ("out", usage.output_tokens),
-            ("cache read", usage.cache_read_tokens),
-            ("cache write", usage.cache_write_tokens),
-            ("reasoning", usage.reasoning_tokens),
-        )
-        if count is not None
-    ]
-    counters += [f"{name(hosted)} {count}" for hosted, count in usage.hosted.items()]
-    return counters
-
-
-def _same(text: str) -> str:
-    return text
-
-
-def source_line(
-    n: int,
-    source: SourceLike,
-    *,
-    text: Callable[[str], str] = one_line,
-    url: Callable[[str], str] | None = None,
-) -> str:
-    """`[n] kind: title — url (location)`; `text` renders stored strings, `url` the URL."""
-    kind = "" if source.kind == "web" else f"{source.kind.replace('_', ' ')}: "
-    line = f"[{n}] {kind}{text(source.title or '') or '(untitled)'}"
-    if source.url:
-        line += f" — {(url or text)(source.url)}"
-    elif source.id:
-        line += f" — {text(source.id)}"
-    location = source.location
-    if location is not None:
-        line += f" ({location.unit}s {location.start}-{location.end}"
-        if location.document_index is not None:
-            line += f" of document {location.document_index}"
-        line += ")"
-    return line
-
-
-def cite(
-    texts: Iterable[tuple[str, Iterable[CitationLike]]],
-    number: Callable[[Any], int],
-    escape: Callable[[str], str] = _same,
-) -> str:
-    """The texts joined, with `[n]` after each cited span (its range's end, else the text's
-    end); `number` numbers a source, `escape` renders the text between markers."""
-    parts: list[str] = []
-    marks: set[tuple[int, int]] = set()
-    offset = 0
-    for text, citations in texts:
-        for citation in citations:
-            span = citation.range
-            end = span.end if span is not None else len(text.rstrip())
-            marks.add((offset + min(max(end, 0), len(text)), number(citation.source)))
-        parts.append(text)
-        offset += len(text)
-    whole = "".join(parts)
-    out: list[str] = []
-    at = 0
-    for end, n in sorted(marks):
-        out.append(escape(whole[at:end]))
-        out.append(f"[{n}]")
-        at = end
-    out.append(escape(whole[at:]))
-    return "".join(out)
-
 
 # --- Markdown -------------------------------------------------------------------------------
 
