@@ -842,7 +842,14 @@ class _Postgres:
         )
 
     def search(self, cursor: Any, node: Node, limit: int) -> list[tuple[Row, float]]:
-        found = cursor.execute(_POSTGRES_SEARCH, (to_tsquery(node), limit)).fetchall()
+        # Never a prepared statement: planned for each query, with its words known, the
+        # GIN index is chosen for a rare word and the table's real size is seen. A
+        # prepared one ends on a generic plan made once and kept until something
+        # invalidates it (ANALYZE, VACUUM; never when autovacuum is off): one made while
+        # the index was small scans the whole table for every query once it is large.
+        found = cursor.execute(
+            _POSTGRES_SEARCH, (to_tsquery(node), limit), prepare=False
+        ).fetchall()
         return [((i, c, v, t, k, b), float(score)) for i, c, v, t, k, b, score in found]
 
     def dump(self, cursor: Any) -> Iterator[bytes]:
