@@ -20,7 +20,9 @@ results, context) carries planted words:
 - growth words (`benchmarks.search.rare_words`, the projections issue's definition): in
   the first 1% of the conversations, each word in 80 items; ranked search (top 20,
   snippets) p95 over one- and two-word queries of them is measured once the log holds
-  those conversations (~10,000 events) and again at the end (~1,000,000);
+  those conversations (~10,000 events) and again at the end (~1,000,000), both on the
+  one connection this process keeps, as a long-running reader would (a plan the server
+  cached while the index was small would still be in use at the end);
 - check words: each in a few items of a few random conversations; at the end a search
   for each must return exactly those items in exactly those conversations.
 
