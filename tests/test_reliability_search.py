@@ -33,10 +33,10 @@ class Recording:
         self.cursor = cursor
         self.sent = sent
 
-    def execute(self, statement: Any, parameters: Any = None) -> Any:
+    def execute(self, statement: Any, parameters: Any = None, **options: Any) -> Any:
         text = statement if isinstance(statement, str) else repr(statement)
         self.sent.append((text, parameters))
-        return self.cursor.execute(statement, parameters)
+        return self.cursor.execute(statement, parameters, **options)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.cursor, name)
