@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 
 from convstore.domain import UserMessage
 from convstore.projections import search
-from convstore.projections.search import SearchQueryError
+from convstore.projections.query import SearchQueryError
 from convstore.storage import Store
 from tests.test_search import HOSTILE
 

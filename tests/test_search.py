@@ -53,9 +53,10 @@ from convstore.domain import (
     UserMessage,
 )
 from convstore.domain.errors import ConcurrencyConflict, ConvstoreError
-from convstore.projections import search
+from convstore.projections import query, search
 from convstore.projections.follower import Follower, Positioned
-from convstore.projections.search import SearchIndex, SearchQueryError
+from convstore.projections.query import SearchQueryError
+from convstore.projections.search import SearchIndex
 from convstore.storage import Store, open_store
 from convstore.storage.errors import IntegrityError, StorageError, TrackingConflict
 from convstore.storage.mapper import EventMapper
@@ -521,7 +522,7 @@ def test_query_language(planted: Store) -> None:
         with pytest.raises(SearchQueryError):
             search.search(planted, nothing, catch_up=False)
     with pytest.raises(SearchQueryError):
-        search.search(planted, "x" * (search.MAX_QUERY_CHARS + 1), catch_up=False)
+        search.search(planted, "x" * (query.MAX_QUERY_CHARS + 1), catch_up=False)
     with pytest.raises(SearchQueryError):
         search.search(planted, "matcha", 0, catch_up=False)
 
@@ -546,7 +547,7 @@ def test_non_ascii_search(planted: Store) -> None:
 
 
 alphabet = st.sampled_from("abcdeéüßxyz\u03b1\u03b2\u03b3жзк東京宇治タワー서울")
-words = st.text(alphabet, min_size=1, max_size=8).filter(lambda w: bool(search.terms(w)))
+words = st.text(alphabet, min_size=1, max_size=8).filter(lambda w: bool(query.terms(w)))
 
 
 @settings(SLOW, max_examples=40)

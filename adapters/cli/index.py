@@ -70,9 +70,9 @@ def search_command(args: argparse.Namespace, session: Session) -> int:
     """Brings the index up to the log's head (unless `--no-catch-up`: then says how far
     behind it is), then prints the best hits: conversation, turn, version, kind, and a
     snippet with the matches in [ ]."""
-    from convstore.projections import search
+    from convstore.projections import query, search
 
-    search.parse_query(args.query)  # a query with nothing to search for fails before indexing
+    query.parse_query(args.query)  # a query with nothing to search for fails before indexing
     keeper = search.follower(session.store)
     if args.catch_up:
         progress = Progress(session.err, "indexing")
