@@ -433,6 +433,28 @@ def test_busy_sqlite_gives_a_typed_error_and_commits_nothing(tmp_path: Path) -> 
         recorder.close()
 
 
+def test_a_waiting_sqlite_writer_takes_the_lock_once_it_is_free(tmp_path: Path) -> None:
+    """Scenario 25 on SQLite: a writer waiting for another's lock takes it as soon as it is
+    released within the timeout, and writes."""
+    path = tmp_path / "wait.db"
+    recorder = SQLiteRecorder(path, busy_timeout_ms=5000)
+    service = ConversationService(EventRepository(recorder))
+    blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        cid = service.start()
+        service.append(cid, [_message("before")])  # its topic is interned already
+        blocker.execute("BEGIN IMMEDIATE")
+        release = threading.Timer(0.3, blocker.execute, args=("ROLLBACK",))
+        release.start()
+        service.append(cid, [_message("waited")])  # blocks until the release, then writes
+        release.join()
+        assert service.get(cid).version == 3
+        assert recorder.max_notification_id() == 3
+    finally:
+        blocker.close()
+        recorder.close()
+
+
 @pytest.mark.postgres
 def test_busy_postgres_gives_a_typed_error_and_commits_nothing(postgres_url: str) -> None:
     """Scenario 25 on PostgreSQL: another transaction holds the events table lock; lock_timeout
