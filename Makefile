@@ -32,7 +32,7 @@ scale: install
 
 demo: install
 	rm -rf .demo && mkdir -p .demo
-	$(BIN)/python -m convstore.adapters.demo .demo
+	$(BIN)/python -m convstore.adapters.cli.demo .demo
 
 bench: install
 	$(BIN)/python -m benchmarks

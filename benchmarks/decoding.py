@@ -39,7 +39,7 @@ from convstore.adapters.anthropic import decode as anthropic
 from convstore.adapters.google import decode as google
 from convstore.adapters.google.context import RequestContext as GoogleContext
 from convstore.adapters.openai import decode as openai
-from convstore.adapters.sse import iter_events
+from convstore.adapters.wire.sse import iter_events
 from convstore.domain import Event
 from convstore.storage import open_store
 

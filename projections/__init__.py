@@ -1,4 +1,10 @@
-"""convstore.projections: readings of the event log (the portable reading and its exports)."""
+"""convstore.projections: readings of the event log: the portable reading and its exports,
+the search index and its follower, the audit, and the chain verification.
+
+May import: `convstore.domain`, `convstore.storage` (the index and `verify` read the
+recorders), and the one sanitizer (`convstore.adapters.terminal.render`,
+standard library only) for what the exports write.
+"""
 
 from convstore.projections.export import FORMATS, file_name, render, write_all, write_one
 from convstore.projections.portable import SCHEMA, PortableConversation, fold, load, load_all

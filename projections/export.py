@@ -18,7 +18,7 @@ character the sanitizer forbids as `\\uXXXX` (`render.inert_json`: lossless). Ma
 passes every stored string through `render.sanitize` *and then* escapes what would form
 markup: the order matters, since removing an escape sequence after escaping could eat an
 escaping backslash (`ESC \\[` is a whole sequence). That is why this module imports the
-sanitizer from `adapters.render`, a leaf module of the standard library only, rather than
+sanitizer from `adapters.terminal.render`, a leaf module of the standard library only, rather than
 leaving it to the command line. The escaping (`md_text`): a backslash before
 `` \\ ` * _ [ ] < > | ~ & @ `` everywhere, before `:` of `://` and `.` before a letter
 (no autolink, extended or fuzzy), and before a block marker at a line's start (`#`, `-`,
@@ -52,7 +52,7 @@ from uuid import UUID
 
 import msgspec
 
-from convstore.adapters.render import inert_json, one_line, sanitize, shorten, to_json
+from convstore.adapters.terminal.render import inert_json, one_line, sanitize, shorten, to_json
 from convstore.domain.errors import ConfigurationError
 from convstore.domain.vocabulary import EndState, TurnTrigger
 from convstore.projections.portable import (

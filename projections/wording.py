@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from convstore.adapters.render import one_line, shorten, to_json
+from convstore.adapters.terminal.render import one_line, shorten, to_json
 
 
 def when(moment: datetime) -> str:

@@ -3,6 +3,8 @@
 `open_store(url)` is the one entry point: it parses the URL (see `url`), builds the
 backend's recorder, the msgspec mapper and the repository, and hands the repository to
 the domain's `ConversationService`.
+
+May import: `convstore.domain`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Run as `python -m tests.kill_child --db URL --work DIR --seed N [--snapshot-every K]
 [--big-every M]`. It uses the library the way `convstore ingest` does
-(`adapters.recording.ingest` over the service of `open_store`), with every example capture
+(`adapters.recording.jobs.ingest` over the service of `open_store`), with every example capture
 in `examples/*/*/`, exchange after exchange: an exchange continues its folder's
 conversation when its request extends it, and starts a new conversation otherwise. Each
 round writes the captures again with the response ids made unique (`<id>-<seed>-<round>`),
@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from convstore.adapters import recording
-from convstore.adapters.providers import PROVIDERS, adapter
+from convstore.adapters.recording import jobs
+from convstore.adapters.wire.providers import PROVIDERS, adapter
 from convstore.domain import ConversationId, ResponseStarted
 from convstore.domain.service import ConversationService
 from convstore.storage import open_store
@@ -162,7 +162,7 @@ def big_response(response_id: str) -> bytes:
     return b"".join(parts)
 
 
-def _ack(conversation_id: ConversationId | None, report: recording.IngestReport) -> None:
+def _ack(conversation_id: ConversationId | None, report: jobs.IngestReport) -> None:
     for outcome in report.responses:
         stored = int(outcome.already_stored)
         print(f"ack {conversation_id} {outcome.response_id} {outcome.ended} {stored}", flush=True)
@@ -174,13 +174,13 @@ def _ingest(
     response: Path,
     request: bytes | None,
     conversation_id: ConversationId | None,
-) -> recording.IngestReport:
+) -> jobs.IngestReport:
     """`convstore ingest`: into the conversation when the request extends it, else anew."""
-    report = recording.ingest(
+    report = jobs.ingest(
         service, provider, [response], request=request, conversation_id=conversation_id
     )
     if report.exit_code == 2 and conversation_id is not None:
-        report = recording.ingest(service, provider, [response], request=request)
+        report = jobs.ingest(service, provider, [response], request=request)
     return report
 
 
@@ -209,7 +209,7 @@ def run(url: str, work: Path, seed: int, snapshot_every: int, big_every: int) ->
                 big.write_bytes(big_response(response_id))
                 conversation = service.start("a long response")
                 print(f"big {conversation} {response_id}", flush=True)
-                report = recording.ingest(service, "anthropic", [big], conversation_id=conversation)
+                report = jobs.ingest(service, "anthropic", [big], conversation_id=conversation)
                 _ack(conversation, report)
 
 

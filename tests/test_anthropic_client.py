@@ -19,7 +19,7 @@ import msgspec
 import pytest
 
 from convstore.adapters.anthropic.client import API_VERSION, AnthropicClient
-from convstore.adapters.http import (
+from convstore.adapters.http.transport import (
     HTTPStream,
     ProviderHTTPError,
     ProviderUnavailable,

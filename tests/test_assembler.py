@@ -8,7 +8,7 @@ import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
-from convstore.adapters.assembler import AssembledBlock, OpenBlock, StreamAssembler
+from convstore.adapters.wire.assembler import AssembledBlock, OpenBlock, StreamAssembler
 
 
 def _text(block: OpenBlock, delta: Any) -> bool:

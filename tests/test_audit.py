@@ -17,7 +17,7 @@ import msgspec
 import pytest
 
 from convstore.adapters import cli
-from convstore.adapters.recording import ingest
+from convstore.adapters.recording.jobs import ingest
 from convstore.domain import (
     ActivityId,
     AssistantText,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from convstore.adapters.bodies import with_stream
+from convstore.adapters.wire.bodies import with_stream
 from convstore.domain.errors import DecodeError
 
 

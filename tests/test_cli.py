@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from convstore.adapters import cli, demo
+from convstore.adapters import cli
+from convstore.adapters.cli import demo
 from convstore.domain import (
     ActivityId,
     AssistantText,

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from convstore.adapters import cli
-from convstore.adapters.providers import PROVIDERS, adapter
+from convstore.adapters.wire.providers import PROVIDERS, adapter
 from convstore.domain import (
     AssistantText,
     Event,

@@ -17,7 +17,7 @@ from convstore.adapters.anthropic.config import (
     tool_name_of,
     validate_hosted_tools,
 )
-from convstore.adapters.config import (
+from convstore.adapters.config.loading import (
     CONFIG_ENV,
     config_dir,
     config_path,

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from convstore.adapters import cli
-from convstore.adapters.render import sanitize
+from convstore.adapters.terminal.render import sanitize
 from convstore.domain import (
     ActivityId,
     AssistantText,

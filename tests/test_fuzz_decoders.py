@@ -50,9 +50,9 @@ from hypothesis import strategies as st
 from convstore.adapters.anthropic import decode as anthropic_decode
 from convstore.adapters.google import decode as google_decode
 from convstore.adapters.openai import decode as openai_decode
-from convstore.adapters.providers import PROVIDERS, adapter
-from convstore.adapters.recording import CHUNK_BYTES, ingest, read_capture
-from convstore.adapters.sse import SSEDecodeError, SSEFramer, iter_events
+from convstore.adapters.recording.jobs import CHUNK_BYTES, ingest, read_capture
+from convstore.adapters.wire.providers import PROVIDERS, adapter
+from convstore.adapters.wire.sse import SSEDecodeError, SSEFramer, iter_events
 from convstore.domain.errors import DecodeError
 from convstore.domain.events import Event
 from convstore.domain.service import ConversationService

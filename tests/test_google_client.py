@@ -24,7 +24,7 @@ from convstore.adapters import cli
 from convstore.adapters.google.client import GeminiClient
 from convstore.adapters.google.context import RequestContext, model_from_path
 from convstore.adapters.google.decode import decode_stream, detect_and_decode
-from convstore.adapters.http import (
+from convstore.adapters.http.transport import (
     HTTPStream,
     ProviderHTTPError,
     ProviderUnavailable,

@@ -18,7 +18,7 @@ from email.utils import format_datetime
 
 import pytest
 
-from convstore.adapters.http import (
+from convstore.adapters.http.transport import (
     DEFAULT_MAX_BODY_BYTES,
     MAX_ERROR_BODY_BYTES,
     ProviderHTTPError,

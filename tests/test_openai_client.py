@@ -21,7 +21,7 @@ import msgspec
 import pytest
 
 from convstore.adapters import cli
-from convstore.adapters.http import (
+from convstore.adapters.http.transport import (
     HTTPStream,
     ProviderHTTPError,
     ProviderUnavailable,
@@ -32,7 +32,7 @@ from convstore.adapters.http import (
 from convstore.adapters.openai.client import OpenAIClient
 from convstore.adapters.openai.context import RequestContext
 from convstore.adapters.openai.decode import detect_and_decode
-from convstore.adapters.providers import adapter
+from convstore.adapters.wire.providers import adapter
 from convstore.domain.conversation import parse_conversation_id
 from convstore.domain.errors import ConfigurationError, ConvstoreError
 from convstore.domain.events import Event, ResponseEnded

@@ -54,7 +54,7 @@ from convstore.adapters.openai.history import (
     recorded_prefix,
     request_model,
 )
-from convstore.adapters.providers import Loss, adapter
+from convstore.adapters.wire.providers import Loss, adapter
 from convstore.domain.conversation import Conversation
 from convstore.domain.errors import ConfigurationError, DecodeError
 from convstore.domain.events import (

@@ -12,8 +12,8 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from convstore.adapters import recording
-from convstore.adapters.providers import PROVIDERS
+from convstore.adapters.recording import jobs
+from convstore.adapters.wire.providers import PROVIDERS
 from convstore.domain import (
     ActivityId,
     CallId,
@@ -68,7 +68,7 @@ OPAQUE_KEYS = frozenset(
 
 
 def ingest_examples(service: ConversationService) -> dict[str, list[ConversationId]]:
-    """Every example capture, through `recording.ingest`: a sequence's exchanges into one
+    """Every example capture, through `jobs.ingest`: a sequence's exchanges into one
     conversation, and an exchange that does not continue it into one of its own."""
     found: dict[str, list[ConversationId]] = {}
     for provider in PROVIDERS:
@@ -78,11 +78,11 @@ def ingest_examples(service: ConversationService) -> dict[str, list[Conversation
             current: ConversationId | None = None
             for response in responses:
                 request = (folder / f"{response.name.split('.')[0]}.request.json").read_bytes()
-                report = recording.ingest(
+                report = jobs.ingest(
                     service, provider, [response], request=request, conversation_id=current
                 )
                 if report.exit_code == 2 and current is not None:  # not a continuation
-                    report = recording.ingest(service, provider, [response], request=request)
+                    report = jobs.ingest(service, provider, [response], request=request)
                 assert report.exit_code in (0, 3), f"{response}: {report.error}"
                 assert report.conversation_id is not None
                 current = report.conversation_id

@@ -1,6 +1,6 @@
 """Ingesting provider responses into a real store: scenarios 3, 11, 14, 21 and 22.
 
-Responses go through each provider's decoder and `recording.ingest` (or the service's
+Responses go through each provider's decoder and `jobs.ingest` (or the service's
 `ingest`) into SQLite and PostgreSQL, and are judged by what the store holds afterwards,
 read back through a freshly opened store:
 
@@ -24,8 +24,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from convstore.adapters import cli, recording
-from convstore.adapters.providers import adapter
+from convstore.adapters import cli
+from convstore.adapters.recording import jobs
+from convstore.adapters.wire.providers import adapter
 from convstore.domain import (
     AssistantText,
     ConversationId,
@@ -67,12 +68,12 @@ def test_reingesting_a_response_adds_nothing_and_a_changed_one_conflicts(
     [response] = (EXAMPLES / provider / folder).glob(f"{number}.response.*")
     request = (EXAMPLES / provider / folder / f"{number}.request.json").read_bytes()
     with open_store(store_url) as store:
-        first = recording.ingest(store.service, provider, [response], request=request)
+        first = jobs.ingest(store.service, provider, [response], request=request)
         assert first.exit_code == 0 and not first.responses[0].already_stored
         conversation = first.conversation_id
         assert conversation is not None
         before = _versions(store_url, conversation)
-        again = recording.ingest(
+        again = jobs.ingest(
             store.service, provider, [response], request=request, conversation_id=conversation
         )
         assert again.exit_code == 0
@@ -80,9 +81,7 @@ def test_reingesting_a_response_adds_nothing_and_a_changed_one_conflicts(
         assert _versions(store_url, conversation) == before
 
     with open_store(store_url) as reopened:
-        retried = recording.ingest(
-            reopened.service, provider, [response], conversation_id=conversation
-        )
+        retried = jobs.ingest(reopened.service, provider, [response], conversation_id=conversation)
         assert [(r.events, r.already_stored) for r in retried.responses] == [(0, True)]
         drafts = list(adapter(provider).decode(response.read_bytes(), request, None))
         changed = [
@@ -147,7 +146,7 @@ def test_an_unknown_block_is_kept_replayed_and_shown_as_a_placeholder(
     with open_store(store_url) as store:
         conversation = store.service.start("unknown blocks")
         store.service.add_user_input(conversation, [UserMessage(blocks=("Show me one.",))])
-        report = recording.ingest(store.service, provider, [answer], conversation_id=conversation)
+        report = jobs.ingest(store.service, provider, [answer], conversation_id=conversation)
         assert report.exit_code == 0, report.error
     with open_store(store_url) as reopened:
         events = list(reopened.service.events(conversation))
@@ -189,7 +188,7 @@ def test_an_error_mid_stream_fails_the_response_keeping_what_arrived(
     arrived = "".join(d.text for d in decoded if isinstance(d, AssistantText))
     assert arrived, "the example has text before its error"
     with open_store(store_url) as store:
-        report = recording.ingest(store.service, provider, [response])
+        report = jobs.ingest(store.service, provider, [response])
         assert report.exit_code == 3
         assert [r.ended for r in report.responses] == ["failed"]
         conversation = report.conversation_id
@@ -281,12 +280,12 @@ def test_a_compressed_capture_past_its_cap_stops_there_with_bounded_memory(
     tracemalloc.start()
     try:
         with pytest.raises(DecodeError, match="expands past"):
-            for chunk in recording.read_capture(bomb, max_bytes=cap):
+            for chunk in jobs.read_capture(bomb, max_bytes=cap):
                 produced += len(chunk)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert cap - recording.CHUNK_BYTES <= produced <= cap
+    assert cap - jobs.CHUNK_BYTES <= produced <= cap
     assert peak < 4 * 1024 * 1024, f"peak traced memory {peak} bytes"
 
 
@@ -297,4 +296,4 @@ def test_a_compressed_capture_under_its_cap_is_read_whole(tmp_path: Path) -> Non
     body = (EXAMPLES / "anthropic" / "web_search_citations" / "1.response.sse").read_bytes()
     packed = tmp_path / "1.response.sse.gz"
     packed.write_bytes(gzip.compress(body))
-    assert b"".join(recording.read_capture(packed, max_bytes=len(body))) == body
+    assert b"".join(jobs.read_capture(packed, max_bytes=len(body))) == body

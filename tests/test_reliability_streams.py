@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from convstore.adapters.providers import adapter
+from convstore.adapters.wire.providers import adapter
 from convstore.domain import Event, UnknownArtifact
 from tests import test_anthropic_decode, test_openai_decode
 

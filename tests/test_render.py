@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from convstore.adapters.render import Renderer, one_line, sanitize, to_json
-from convstore.adapters.transcript import summary_line, to_data, transcript
+from convstore.adapters.terminal.render import Renderer, one_line, sanitize, to_json
+from convstore.adapters.terminal.transcript import summary_line, to_data, transcript
 from convstore.domain import (
     AssistantText,
     Attribution,

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from convstore.adapters.sse import (
+from convstore.adapters.wire.sse import (
     DEFAULT_MAX_EVENT_BYTES,
     SSEDecodeError,
     SSEEvent,

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from convstore.adapters import cli
-from convstore.adapters.recording import ingest
+from convstore.adapters.recording.jobs import ingest
 from convstore.domain import ConversationId, ConversationService, UserMessage
 from convstore.domain.chain import seal
 from convstore.domain.errors import ConfigurationError, ConversationNotFound

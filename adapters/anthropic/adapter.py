@@ -12,8 +12,8 @@ from convstore.adapters.anthropic.context import RequestContext
 from convstore.adapters.anthropic.decode import detect_and_decode
 from convstore.adapters.anthropic.encode import EncodedRequest, encode_request
 from convstore.adapters.anthropic.history import history_drafts, recorded_prefix
-from convstore.adapters.providers import EncodedRequest as AnyEncodedRequest
-from convstore.adapters.providers import (
+from convstore.adapters.wire.providers import EncodedRequest as AnyEncodedRequest
+from convstore.adapters.wire.providers import (
     MessageDrafts,
     ProviderAdapter,
     decode_with_request,

@@ -17,7 +17,7 @@ import msgspec
 
 from convstore.adapters.anthropic.citations import attribution
 from convstore.adapters.anthropic.context import PROVIDER, RequestContext
-from convstore.adapters.assembler import AssembledBlock
+from convstore.adapters.wire.assembler import AssembledBlock
 from convstore.domain.events import (
     AssistantText,
     Event,

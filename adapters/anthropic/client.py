@@ -7,7 +7,7 @@ request headers; it is never stored, logged or put in a message.
 An HTTP error answer (any non-2xx status, after retries when the status is retryable) is
 raised as `ProviderHTTPError` carrying `.status` and `.body`, the provider's error body:
 DESIGN.md records it as a response ended `failed`, so callers hand `.body` to the
-decoder. Every other failure is one of the typed errors listed in `adapters.http`.
+decoder. Every other failure is one of the typed errors listed in `adapters.http.transport`.
 
 Usage::
 
@@ -24,14 +24,14 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Final
 
-from convstore.adapters.bodies import with_stream
-from convstore.adapters.http import (
+from convstore.adapters.http.transport import (
     DEFAULT_MAX_BODY_BYTES,
     HTTPStream,
     ProviderClient,
     RetryPolicy,
     Timeouts,
 )
+from convstore.adapters.wire.bodies import with_stream
 
 __all__ = ["API_KEY_VARIABLE", "API_VERSION", "DEFAULT_BASE_URL", "AnthropicClient"]
 
@@ -73,7 +73,7 @@ class AnthropicClient(ProviderClient):
 
         The stream iterates over the decoded body bytes; it ends early, with
         `.interrupted` set, when the connection drops. Raises ProviderHTTPError,
-        ProviderUnavailable or DecodeError (see `adapters.http`).
+        ProviderUnavailable or DecodeError (see `adapters.http.transport`).
         """
         with self._post_stream(
             self._url, with_stream(body, stream=True, provider="Anthropic")

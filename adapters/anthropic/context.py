@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from convstore.adapters.captured import decoded_settings, native_request, request_fields
+from convstore.adapters.wire.captured import decoded_settings, native_request, request_fields
 from convstore.domain.vocabulary import RequestSettings, ToolDeclaration
 
 __all__ = ["PROVIDER", "RequestContext", "is_hosted_tool_type"]

@@ -31,8 +31,8 @@ from convstore.adapters.anthropic.response import (
     whole_blocks,
 )
 from convstore.adapters.anthropic.stream import StreamDecoder
-from convstore.adapters.bodies import require_utf8
-from convstore.adapters.sse import SSEDecodeError, SSEFramer
+from convstore.adapters.wire.bodies import require_utf8
+from convstore.adapters.wire.sse import SSEDecodeError, SSEFramer
 from convstore.domain.errors import DecodeError
 from convstore.domain.events import Event
 from convstore.domain.vocabulary import ErrorInfo, ResponseId

@@ -78,7 +78,7 @@ from convstore.adapters.anthropic.config import (
     validate_hosted_tools,
 )
 from convstore.adapters.anthropic.context import PROVIDER, TOOL_ALIASES, is_hosted_tool_type
-from convstore.adapters.encoding import (
+from convstore.adapters.wire.encoding import (
     ANY_JSON,
     ENCODER,
     NO_SETTINGS,
@@ -96,7 +96,7 @@ from convstore.adapters.encoding import (
     set_field,
     target_model,
 )
-from convstore.adapters.providers import DeclaredTool, Loss, iter_losses, payload_type
+from convstore.adapters.wire.providers import DeclaredTool, Loss, iter_losses, payload_type
 from convstore.domain.events import (
     AssistantText,
     ContextInjected,

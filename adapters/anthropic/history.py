@@ -30,9 +30,9 @@ import msgspec
 from convstore.adapters.anthropic.blocks import BlockMapper
 from convstore.adapters.anthropic.context import PROVIDER, RequestContext
 from convstore.adapters.anthropic.encode import USER_CONTENT_BLOCK, build_messages
-from convstore.adapters.assembler import AssembledBlock
-from convstore.adapters.captured import held_prefix
-from convstore.adapters.providers import MessageDrafts
+from convstore.adapters.wire.assembler import AssembledBlock
+from convstore.adapters.wire.captured import held_prefix
+from convstore.adapters.wire.providers import MessageDrafts
 from convstore.domain.errors import DecodeError
 from convstore.domain.events import (
     Event,

@@ -10,7 +10,7 @@ import msgspec
 
 from convstore.adapters.anthropic.blocks import BlockMapper
 from convstore.adapters.anthropic.context import PROVIDER, RequestContext
-from convstore.adapters.assembler import AssembledBlock
+from convstore.adapters.wire.assembler import AssembledBlock
 from convstore.domain.events import Event, ResponseEnded, ResponseStarted
 from convstore.domain.vocabulary import EndState, ErrorInfo, FinishReason, ResponseId, Usage
 

@@ -40,7 +40,7 @@ from convstore.adapters.anthropic.wire import (
     StreamEvent,
     TypedBlockDelta,
 )
-from convstore.adapters.assembler import AssembledBlock, OpenBlock, StreamAssembler
+from convstore.adapters.wire.assembler import AssembledBlock, OpenBlock, StreamAssembler
 from convstore.domain.errors import DecodeError
 from convstore.domain.events import Event
 from convstore.domain.vocabulary import EndState, ErrorInfo

@@ -12,7 +12,7 @@ from typing import Any, Final, TypeAlias
 
 import msgspec
 
-from convstore.adapters.assembler import DeltaApplier, OpenBlock
+from convstore.adapters.wire.assembler import DeltaApplier, OpenBlock
 
 __all__ = [
     "DELTAS",

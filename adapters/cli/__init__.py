@@ -8,6 +8,10 @@ Exit codes: 0 success; 2 a usage error or a `ConvstoreError` (one line on stderr
 traceback); 1 anything unexpected (a short line; `CONVSTORE_DEBUG=1` adds the sanitized
 traceback); 5 `verify` found a changed, removed or reordered event (`audit`: stored events
 that cannot be read); 130 interrupted.
+
+`demo` runs the main job end to end through the command line (`make demo`).
+
+May import: everything in convstore; nothing imports it.
 """
 
 from __future__ import annotations
@@ -18,7 +22,6 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from convstore.adapters import render
 from convstore.adapters.cli import conversations, index, integrity, record
 from convstore.adapters.cli.registry import (
     COMMANDS,
@@ -29,7 +32,8 @@ from convstore.adapters.cli.registry import (
     LogLines,
     Session,
 )
-from convstore.adapters.render import Renderer, TextStream
+from convstore.adapters.terminal import render
+from convstore.adapters.terminal.render import Renderer, TextStream
 from convstore.domain.errors import ConvstoreError
 
 COMMAND_MODULES = (conversations, record, integrity, index)

@@ -7,7 +7,6 @@ import itertools
 import time
 from pathlib import Path
 
-from convstore.adapters import transcript
 from convstore.adapters.cli.registry import (
     Progress,
     Session,
@@ -17,6 +16,7 @@ from convstore.adapters.cli.registry import (
     positive_number,
     whole_number,
 )
+from convstore.adapters.terminal import transcript
 from convstore.domain import parse_conversation_id
 from convstore.domain.errors import ConfigurationError, ConversationNotFound
 

@@ -6,7 +6,6 @@ import argparse
 
 import msgspec
 
-from convstore.adapters import render
 from convstore.adapters.cli.registry import (
     Progress,
     Session,
@@ -14,6 +13,7 @@ from convstore.adapters.cli.registry import (
     json_flag,
     positive_number,
 )
+from convstore.adapters.terminal import render
 
 
 def _seconds(text: str) -> float:

@@ -7,7 +7,6 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from convstore.adapters import render
 from convstore.adapters.cli.registry import (
     PROG,
     Progress,
@@ -17,6 +16,7 @@ from convstore.adapters.cli.registry import (
     json_flag,
     read_file,
 )
+from convstore.adapters.terminal import render
 from convstore.domain import parse_conversation_id
 from convstore.domain.errors import ConfigurationError, IntegrityError
 

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import msgspec
 
-from convstore.adapters import recording, render, transcript
 from convstore.adapters.cli.registry import (
     PROG,
     Session,
@@ -17,6 +16,8 @@ from convstore.adapters.cli.registry import (
     provider_name,
     read_file,
 )
+from convstore.adapters.recording import jobs
+from convstore.adapters.terminal import render, transcript
 from convstore.domain import AssistantText, ConversationId, ResponseStarted, parse_conversation_id
 
 
@@ -47,7 +48,7 @@ def ingest(args: argparse.Namespace, session: Session) -> int:
     response; 4 for a stored response id with different content."""
     conversation = parse_conversation_id(args.conversation) if args.conversation else None
     request = read_file(args.request) if args.request is not None else None
-    report = recording.ingest(
+    report = jobs.ingest(
         session.service,
         args.provider,
         args.files,
@@ -101,7 +102,7 @@ def _replay_arguments(parser: argparse.ArgumentParser) -> None:
 def replay(args: argparse.Namespace, session: Session) -> int:
     """The request body as JSON on stdout (never writes to the store); `--dry-run` prints
     the loss report instead."""
-    request = recording.replay(
+    request = jobs.replay(
         session.service,
         parse_conversation_id(args.id),
         args.provider,
@@ -140,7 +141,7 @@ def ask(args: argparse.Namespace, session: Session) -> int:
     """Exit 0, or 3 when the response ended failed or abandoned (what arrived is kept)."""
     conversation = parse_conversation_id(args.conversation) if args.conversation else None
     provider = args.provider or _recorded_provider(session, conversation) or "anthropic"
-    report = recording.ask(
+    report = jobs.ask(
         session.service,
         provider,
         args.text,

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from convstore.adapters import render
-from convstore.adapters.config import load_config, lookup
-from convstore.adapters.providers import PROVIDERS
-from convstore.adapters.render import Renderer
+from convstore.adapters.config.loading import load_config, lookup
+from convstore.adapters.terminal import render
+from convstore.adapters.terminal.render import Renderer
+from convstore.adapters.wire.providers import PROVIDERS
 from convstore.domain import ConversationService, ConversationSummary
 from convstore.domain.errors import ConfigurationError
 

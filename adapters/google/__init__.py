@@ -1,1 +1,10 @@
-"""The google wire format."""
+"""The google wire format: the Gemini API (generateContent and streamGenerateContent).
+
+The only place that knows this format: decoding responses (streamed and not) into domain
+drafts, reading the history a captured request carries, encoding a conversation as the
+native request, the provider's configuration block, and its HTTP client. `adapter`
+registers it as a `ProviderAdapter`.
+
+May import: `convstore.domain`, `convstore.adapters.wire`, `convstore.adapters.config`
+and `convstore.adapters.http`; never another provider's package.
+"""

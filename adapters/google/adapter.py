@@ -22,8 +22,12 @@ from convstore.adapters.google.context import RequestContext
 from convstore.adapters.google.decode import detect_and_decode
 from convstore.adapters.google.encode import EncodedRequest, encode_request
 from convstore.adapters.google.history import history
-from convstore.adapters.providers import EncodedRequest as AnyEncodedRequest
-from convstore.adapters.providers import ProviderAdapter, decode_with_request, encode_with_config
+from convstore.adapters.wire.providers import EncodedRequest as AnyEncodedRequest
+from convstore.adapters.wire.providers import (
+    ProviderAdapter,
+    decode_with_request,
+    encode_with_config,
+)
 from convstore.domain.errors import ConfigurationError
 
 

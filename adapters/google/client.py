@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from typing import Final
 
 from convstore.adapters.google.config import DEFAULT_BASE_URL, check_base_url, model_path
-from convstore.adapters.http import HTTPStream, ProviderClient
+from convstore.adapters.http.transport import HTTPStream, ProviderClient
 
 __all__ = ["API_KEY_VARIABLES", "DEFAULT_BASE_URL", "GeminiClient"]
 
@@ -62,7 +62,7 @@ class GeminiClient(ProviderClient):
 
         The stream iterates over the decoded body bytes; it ends early, with
         `.interrupted` set, when the connection drops. Raises ProviderHTTPError,
-        ProviderUnavailable or DecodeError (see `adapters.http`).
+        ProviderUnavailable or DecodeError (see `adapters.http.transport`).
         """
         with self._post_stream(self.url(model, stream=True), body) as stream:
             yield stream

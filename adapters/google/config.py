@@ -61,7 +61,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from convstore.adapters.provider_config import (
+from convstore.adapters.config.provider import (
     ConfigBlock,
     HostedTool,
     HostedToolsBlock,

@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import msgspec
 
-from convstore.adapters.captured import native_request, request_fields
+from convstore.adapters.wire.captured import native_request, request_fields
 from convstore.domain.errors import DecodeError
 from convstore.domain.vocabulary import RequestSettings, ToolDeclaration
 

@@ -32,7 +32,7 @@ from convstore.adapters.google.array import ArrayReader, MalformedArray
 from convstore.adapters.google.context import RequestContext, model_from_path
 from convstore.adapters.google.response import FINISH_REASONS, derived_id, failed_response
 from convstore.adapters.google.stream import ChunkDecoder
-from convstore.adapters.sse import SSEDecodeError, SSEFramer
+from convstore.adapters.wire.sse import SSEDecodeError, SSEFramer
 from convstore.domain.errors import DecodeError
 from convstore.domain.events import Event
 from convstore.domain.vocabulary import ErrorInfo

@@ -82,7 +82,19 @@ from typing import Any, Final
 
 import msgspec
 
-from convstore.adapters.encoding import (
+from convstore.adapters.google.config import (
+    NATIVE_TOOLS,
+    GoogleConfig,
+    model_generation,
+    model_path,
+    model_resource,
+    normalized_model,
+    tool_name_of,
+    validate_hosted_tools,
+    validate_thinking,
+)
+from convstore.adapters.google.context import HOSTED_TOOLS, PROVIDER, camel
+from convstore.adapters.wire.encoding import (
     ANY_JSON,
     ENCODER,
     NO_SETTINGS,
@@ -101,19 +113,7 @@ from convstore.adapters.encoding import (
     settings_loss,
     target_model,
 )
-from convstore.adapters.google.config import (
-    NATIVE_TOOLS,
-    GoogleConfig,
-    model_generation,
-    model_path,
-    model_resource,
-    normalized_model,
-    tool_name_of,
-    validate_hosted_tools,
-    validate_thinking,
-)
-from convstore.adapters.google.context import HOSTED_TOOLS, PROVIDER, camel
-from convstore.adapters.providers import Loss
+from convstore.adapters.wire.providers import Loss
 from convstore.domain.errors import ConfigurationError
 from convstore.domain.events import (
     AssistantText,

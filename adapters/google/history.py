@@ -45,11 +45,11 @@ from typing import Any, Final
 
 import msgspec
 
-from convstore.adapters.captured import held_prefix
 from convstore.adapters.google.context import PROVIDER, RequestContext, camel
 from convstore.adapters.google.encode import USER_PART, build_contents, signature_bytes
 from convstore.adapters.google.stream import ChunkDecoder
-from convstore.adapters.providers import MessageDrafts
+from convstore.adapters.wire.captured import held_prefix
+from convstore.adapters.wire.providers import MessageDrafts
 from convstore.domain.errors import DecodeError
 from convstore.domain.events import (
     Event,

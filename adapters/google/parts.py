@@ -39,8 +39,8 @@ from typing import Any, Final, TypeAlias
 
 import msgspec
 
-from convstore.adapters.assembler import AssembledBlock
 from convstore.adapters.google.context import PROVIDER, RequestContext
+from convstore.adapters.wire.assembler import AssembledBlock
 from convstore.domain.events import (
     Event,
     HostedActivity,

@@ -29,7 +29,6 @@ from typing import Any, Final
 
 import msgspec
 
-from convstore.adapters.assembler import AssembledBlock, OpenBlock, StreamAssembler
 from convstore.adapters.google.context import PROVIDER, RequestContext
 from convstore.adapters.google.grounding import (
     TextSlot,
@@ -50,6 +49,7 @@ from convstore.adapters.google.response import (
     finish_reason_of,
     usage_of,
 )
+from convstore.adapters.wire.assembler import AssembledBlock, OpenBlock, StreamAssembler
 from convstore.domain.errors import DecodeError
 from convstore.domain.events import (
     AssistantText,

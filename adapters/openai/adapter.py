@@ -12,7 +12,7 @@ from convstore.adapters.openai.context import RequestContext
 from convstore.adapters.openai.decode import detect_and_decode
 from convstore.adapters.openai.encode import encode_request
 from convstore.adapters.openai.history import history
-from convstore.adapters.providers import (
+from convstore.adapters.wire.providers import (
     EncodedRequest,
     ProviderAdapter,
     decode_with_request,

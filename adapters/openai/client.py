@@ -8,7 +8,7 @@ transport scrubs it from every error).
 An HTTP error answer (any non-2xx status, after retries when the status is retryable) is
 raised as `ProviderHTTPError` carrying `.status` and `.body`, the provider's error body:
 DESIGN.md records it as a response ended `failed`, so callers hand `.body` to the
-decoder. Every other failure is one of the typed errors listed in `adapters.http`.
+decoder. Every other failure is one of the typed errors listed in `adapters.http.transport`.
 
 Usage::
 
@@ -25,9 +25,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Final
 
-from convstore.adapters.bodies import with_stream
-from convstore.adapters.http import HTTPStream, ProviderClient
+from convstore.adapters.http.transport import HTTPStream, ProviderClient
 from convstore.adapters.openai.config import DEFAULT_BASE_URL
+from convstore.adapters.wire.bodies import with_stream
 
 __all__ = ["API_KEY_VARIABLE", "DEFAULT_BASE_URL", "OpenAIClient"]
 
@@ -51,7 +51,7 @@ class OpenAIClient(ProviderClient):
 
         The stream iterates over the decoded body bytes; it ends early, with
         `.interrupted` set, when the connection drops. Raises ProviderHTTPError,
-        ProviderUnavailable or DecodeError (see `adapters.http`).
+        ProviderUnavailable or DecodeError (see `adapters.http.transport`).
         """
         with self._post_stream(
             self._url, with_stream(body, stream=True, provider="OpenAI")

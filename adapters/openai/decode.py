@@ -22,7 +22,6 @@ from typing import Final
 
 import msgspec
 
-from convstore.adapters.bodies import require_utf8
 from convstore.adapters.openai.context import RequestContext
 from convstore.adapters.openai.response import (
     INCOMPLETE_REASONS,
@@ -34,7 +33,8 @@ from convstore.adapters.openai.response import (
     whole_items,
 )
 from convstore.adapters.openai.stream import StreamDecoder
-from convstore.adapters.sse import SSEDecodeError, SSEFramer
+from convstore.adapters.wire.bodies import require_utf8
+from convstore.adapters.wire.sse import SSEDecodeError, SSEFramer
 from convstore.domain.errors import DecodeError
 from convstore.domain.events import Event
 from convstore.domain.vocabulary import ErrorInfo

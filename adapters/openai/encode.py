@@ -91,7 +91,16 @@ from typing import Any, Final
 
 import msgspec
 
-from convstore.adapters.encoding import (
+from convstore.adapters.openai.config import (
+    NATIVE_TOOL_TYPES,
+    NON_REASONING_FAMILIES,
+    OpenAIConfig,
+    hosted_tool_declarations,
+    model_family,
+    validate_hosted_tools,
+)
+from convstore.adapters.openai.context import CLIENT_TOOL_NAMES, PROVIDER, hosted_name_of
+from convstore.adapters.wire.encoding import (
     ANY_JSON,
     ENCODER,
     NO_SETTINGS,
@@ -110,16 +119,7 @@ from convstore.adapters.encoding import (
     settings_loss,
     target_model,
 )
-from convstore.adapters.openai.config import (
-    NATIVE_TOOL_TYPES,
-    NON_REASONING_FAMILIES,
-    OpenAIConfig,
-    hosted_tool_declarations,
-    model_family,
-    validate_hosted_tools,
-)
-from convstore.adapters.openai.context import CLIENT_TOOL_NAMES, PROVIDER, hosted_name_of
-from convstore.adapters.providers import DeclaredTool, Loss, iter_losses, payload_type
+from convstore.adapters.wire.providers import DeclaredTool, Loss, iter_losses, payload_type
 from convstore.domain.events import (
     AssistantText,
     ContextInjected,

@@ -44,11 +44,11 @@ from typing import Any, Final
 
 import msgspec
 
-from convstore.adapters.assembler import AssembledBlock
 from convstore.adapters.openai.context import PROVIDER, RequestContext
 from convstore.adapters.openai.encode import INPUT_ITEM, build_input
 from convstore.adapters.openai.items import HOSTED_ITEMS, ItemMapper
-from convstore.adapters.providers import MessageDrafts
+from convstore.adapters.wire.assembler import AssembledBlock
+from convstore.adapters.wire.providers import MessageDrafts
 from convstore.domain.errors import DecodeError
 from convstore.domain.events import (
     Event,

@@ -56,8 +56,8 @@ from typing import Any, Final
 
 import msgspec
 
-from convstore.adapters.assembler import AssembledBlock
 from convstore.adapters.openai.context import PROVIDER, RequestContext
+from convstore.adapters.wire.assembler import AssembledBlock
 from convstore.domain.events import (
     AssistantText,
     Event,

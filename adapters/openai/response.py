@@ -8,9 +8,9 @@ from typing import Any, Final
 
 import msgspec
 
-from convstore.adapters.assembler import AssembledBlock
 from convstore.adapters.openai.context import PROVIDER, RequestContext
 from convstore.adapters.openai.items import ItemMapper
+from convstore.adapters.wire.assembler import AssembledBlock
 from convstore.domain.events import Event, ResponseEnded, ResponseStarted
 from convstore.domain.vocabulary import EndState, ErrorInfo, FinishReason, ResponseId, Usage
 

@@ -20,7 +20,6 @@ from typing import Any, Final
 
 import msgspec
 
-from convstore.adapters.assembler import AssembledBlock, StreamAssembler
 from convstore.adapters.openai.context import RequestContext
 from convstore.adapters.openai.response import (
     ResponseHead,
@@ -39,6 +38,7 @@ from convstore.adapters.openai.wire import (
     StreamEvent,
     aimed,
 )
+from convstore.adapters.wire.assembler import AssembledBlock, StreamAssembler
 from convstore.domain.errors import DecodeError
 from convstore.domain.events import Event
 from convstore.domain.vocabulary import EndState, ErrorInfo

@@ -23,7 +23,7 @@ from typing import Any, Final
 
 import msgspec
 
-from convstore.adapters.assembler import DeltaApplier, OpenBlock
+from convstore.adapters.wire.assembler import DeltaApplier, OpenBlock
 
 __all__ = ["DELTAS", "EVENT", "PIECES", "STATUS_EVENTS", "StreamEvent", "aimed", "decode_object"]
 

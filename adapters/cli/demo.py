@@ -1,4 +1,4 @@
-"""`python -m convstore.adapters.demo DIR`: the main job end to end, through the command line.
+"""`python -m convstore.adapters.cli.demo DIR`: the main job end to end, through the command line.
 
 Every step is a real `convstore` command, run in a fresh process on an embedded SQLite
 store at `DIR/convstore.db` and printed as `$ convstore …` followed by its output:
@@ -28,11 +28,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from convstore.adapters.providers import PROVIDERS, adapter
-from convstore.adapters.render import Renderer
+from convstore.adapters.terminal.render import Renderer
+from convstore.adapters.wire.providers import PROVIDERS, adapter
 from convstore.domain.errors import ConfigurationError
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CUT = EXAMPLES / "anthropic" / "errors" / "1"
 """A stream cut by an `overloaded_error` event after some text."""
 WEB_SEARCH, ROUND_TRIP = "anthropic/web_search_citations", "anthropic/thinking_tool_roundtrip"
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the main job on a fresh store in DIR."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        Renderer(sys.stderr).line("usage: python -m convstore.adapters.demo DIR")
+        Renderer(sys.stderr).line("usage: python -m convstore.adapters.cli.demo DIR")
         return 2
     folder = Path(args[0]).resolve()
     folder.mkdir(parents=True, exist_ok=True)

@@ -16,9 +16,9 @@ from typing import Final
 
 import msgspec
 
-from convstore.adapters.config import load_config
-from convstore.adapters.http import ProviderHTTPError
-from convstore.adapters.providers import PROVIDERS, EncodedRequest, ProviderAdapter, adapter
+from convstore.adapters.config.loading import load_config
+from convstore.adapters.http.transport import ProviderHTTPError
+from convstore.adapters.wire.providers import PROVIDERS, EncodedRequest, ProviderAdapter, adapter
 from convstore.domain.errors import DecodeError, ResponseConflict
 from convstore.domain.events import Event, ResponseStarted, UserMessage
 from convstore.domain.responses import ResponseOutcome

@@ -14,7 +14,7 @@ from uuid import UUID
 
 import msgspec
 
-from convstore.adapters.render import one_line, sanitize, shorten, to_json
+from convstore.adapters.terminal.render import one_line, sanitize, shorten, to_json
 from convstore.domain import (
     AssistantText,
     Attribution,

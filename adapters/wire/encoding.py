@@ -15,7 +15,7 @@ from typing import Any, Final, Generic, TypeVar
 
 import msgspec
 
-from convstore.adapters.providers import Loss
+from convstore.adapters.wire.providers import Loss
 from convstore.domain.errors import ConfigurationError
 from convstore.domain.events import Event, HostedActivity, ResponseEnded, ResponseStarted
 from convstore.domain.vocabulary import ProviderPayload, RequestSettings, ToolDeclaration

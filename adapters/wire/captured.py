@@ -8,7 +8,7 @@ from typing import Any, Final
 
 import msgspec
 
-from convstore.adapters.bodies import require_utf8
+from convstore.adapters.wire.bodies import require_utf8
 from convstore.domain.errors import DecodeError
 from convstore.domain.vocabulary import ProviderPayload
 
