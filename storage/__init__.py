@@ -48,15 +48,16 @@ class Store:
         self.close()
 
 
-def open_recorder(location: StoreLocation) -> ConversationRecorder:
-    """The recorder for a location (creating tables where missing)."""
+def open_recorder(location: StoreLocation, *, read_only: bool = False) -> ConversationRecorder:
+    """The recorder for a location: a writer creates the store or applies the migrations it
+    lacks; a read-only reader never writes (see `storage.migrations`)."""
     if isinstance(location, SQLiteLocation):
         from convstore.storage.sqlite import SQLiteRecorder
 
-        return SQLiteRecorder(location.path)
+        return SQLiteRecorder(location.path, read_only=read_only)
     from convstore.storage.postgres import PostgresRecorder
 
-    return PostgresRecorder(location.dsn, schema=location.schema)
+    return PostgresRecorder(location.dsn, schema=location.schema, read_only=read_only)
 
 
 def open_store(
@@ -65,13 +66,18 @@ def open_store(
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
     cache_size: int = DEFAULT_CACHE_SIZE,
+    read_only: bool = False,
 ) -> Store:
     """Open (creating if needed) the store at `url`; None means `CONVSTORE_URL` or the default.
 
-    `cache_size` conversations' states are kept between calls (see `storage.repository`).
+    A writer applies the migrations the store lacks. `read_only=True` opens an existing
+    store without writing anything: it raises `MigrationRequired` for a store it cannot
+    read unmigrated (or that does not exist) and `NewerSchema` for one a newer convstore
+    wrote; every write through it fails. `cache_size` conversations' states are kept
+    between calls (see `storage.repository`).
     """
     location = parse_location(url)
-    recorder = open_recorder(location)
+    recorder = open_recorder(location, read_only=read_only)
     repository = EventRepository(
         recorder,
         EventMapper(max_event_bytes),

@@ -13,7 +13,10 @@ contract tests and callers recognise it).
     │   └── TrackingConflict  a projection's position moved under a view transaction
     ├── DataError           a value the database cannot store
     ├── ProgrammingError    a bad statement or a missing table
-    └── InternalError       the database reported an internal fault
+    ├── InternalError       the database reported an internal fault
+    └── SchemaMismatch      the store's migrations do not match this version's
+        ├── MigrationRequired  a read-only reader met a store it cannot read unmigrated
+        └── NewerSchema        the store was written by a newer convstore
 """
 
 from __future__ import annotations
@@ -63,6 +66,18 @@ class InternalError(StorageError, es.InternalError):
     """The database reported an internal fault."""
 
 
+class SchemaMismatch(StorageError):
+    """The store's applied migrations do not match this version's: nothing was touched."""
+
+
+class MigrationRequired(SchemaMismatch):
+    """A read-only reader cannot read the store before `convstore migrate` runs."""
+
+
+class NewerSchema(SchemaMismatch):
+    """The store has a migration this version does not know: a newer convstore wrote it."""
+
+
 _BY_NAME: dict[str, type[StorageError]] = {
     "InterfaceError": InterfaceError,
     "OperationalError": OperationalError,
@@ -108,6 +123,11 @@ def translate(error: BaseException) -> StorageError:
         return storage_full(error)
     if state in _LOST_STATES:
         return connection_lost(error)
+    code = getattr(error, "sqlite_errorcode", None)
+    if state == "25006" or (code is not None and code & 0xFF == sqlite3.SQLITE_READONLY):
+        return OperationalError(
+            f"the store is open read-only ({_first_line(error)}): nothing was written"
+        )
     for cls in type(error).__mro__:
         mapped = _BY_NAME.get(cls.__name__)
         if mapped is not None:

@@ -42,6 +42,7 @@ from eventsourcing.persistence import (
 )
 from psycopg import sql
 
+from convstore.storage import migrations
 from convstore.storage.errors import (
     DataError,
     IntegrityError,
@@ -52,58 +53,19 @@ from convstore.storage.errors import (
     connection_lost,
     translating,
 )
-from convstore.storage.recorder import ConversationRecorder, FirstEvent, SnapshotRecord
+from convstore.storage.migrations import MIGRATIONS, Migration
+from convstore.storage.recorder import (
+    AppliedMigration,
+    ConversationRecorder,
+    FirstEvent,
+    SnapshotRecord,
+)
 
 LOCK_TIMEOUT_MS = 5000
 """How long a writer waits for another's lock before a typed OperationalError."""
 
 _APPEND = "append_events_v1"
 """The append function; a changed body gets a new name, so old and new never mix."""
-
-_SCHEMA = (
-    "CREATE SCHEMA IF NOT EXISTS {s}",
-    "CREATE TABLE IF NOT EXISTS {s}.topics ("
-    " id integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY, topic text NOT NULL UNIQUE)",
-    "CREATE TABLE IF NOT EXISTS {s}.events ("
-    " id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
-    " originator_id uuid NOT NULL,"
-    " originator_version bigint NOT NULL,"
-    " topic integer NOT NULL,"
-    " state bytea NOT NULL,"
-    " UNIQUE (originator_id, originator_version))",
-    "CREATE INDEX IF NOT EXISTS events_first ON {s}.events (id) WHERE originator_version = 1",
-    "CREATE TABLE IF NOT EXISTS {s}.snapshots ("
-    " originator_id uuid PRIMARY KEY, version bigint NOT NULL, state bytea NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS {s}.tracking ("
-    " application_name text PRIMARY KEY, notification_id bigint NOT NULL)",
-    "CREATE OR REPLACE FUNCTION {s}.{append}("
-    " p_ids uuid[], p_versions bigint[], p_topics integer[], p_states bytea[],"
-    " p_snapshot_id uuid, p_snapshot_version bigint, p_snapshot_state bytea,"
-    " p_tracking_name text, p_tracking_id bigint)"
-    " RETURNS SETOF bigint LANGUAGE plpgsql AS $$\n"
-    "BEGIN\n"
-    # Taken first, so every writer queues here before holding any other lock.
-    "  LOCK TABLE {s}.events IN EXCLUSIVE MODE;\n"
-    "  PERFORM pg_notify({channel}, '');\n"
-    "  RETURN QUERY INSERT INTO {s}.events (originator_id, originator_version, topic, state)\n"
-    "    SELECT * FROM unnest(p_ids, p_versions, p_topics, p_states) RETURNING id;\n"
-    "  IF p_snapshot_id IS NOT NULL THEN\n"
-    "    INSERT INTO {s}.snapshots VALUES (p_snapshot_id, p_snapshot_version, p_snapshot_state)\n"
-    "    ON CONFLICT (originator_id) DO UPDATE\n"
-    "    SET version = EXCLUDED.version, state = EXCLUDED.state;\n"
-    "  END IF;\n"
-    "  IF p_tracking_name IS NOT NULL THEN\n"
-    "    INSERT INTO {s}.tracking VALUES (p_tracking_name, p_tracking_id)\n"
-    "    ON CONFLICT (application_name) DO UPDATE SET notification_id = EXCLUDED.notification_id\n"
-    "    WHERE tracking.notification_id < EXCLUDED.notification_id;\n"
-    "    IF NOT FOUND THEN\n"
-    "      RAISE unique_violation USING MESSAGE = format('%s already processed a'\n"
-    "        ' notification at or after %s', p_tracking_name, p_tracking_id);\n"
-    "    END IF;\n"
-    "  END IF;\n"
-    "END\n"
-    "$$",
-)
 
 _ROW = tuple[Any, ...]
 Connection = psycopg.Connection[_ROW]
@@ -120,14 +82,26 @@ def _uuid(originator_id: UUID | str) -> UUID:
 
 
 class PostgresRecorder(ConversationRecorder):
-    """Conversation events, snapshots and tracking records in one PostgreSQL schema."""
+    """Conversation events, snapshots and tracking records in one PostgreSQL schema.
+
+    A writer (the default) creates the schema if needed and applies the migrations it
+    lacks (`storage.migrations`); `read_only=True` runs every transaction read-only and
+    refuses a store it cannot read unmigrated.
+    """
 
     def __init__(
-        self, dsn: str, *, schema: str = "public", lock_timeout_ms: int = LOCK_TIMEOUT_MS
+        self,
+        dsn: str,
+        *,
+        schema: str = "public",
+        lock_timeout_ms: int = LOCK_TIMEOUT_MS,
+        read_only: bool = False,
+        known: Sequence[Migration] = MIGRATIONS,
     ) -> None:
         self.dsn = dsn
         self.schema = schema
         self.lock_timeout_ms = lock_timeout_ms
+        self.read_only = read_only
         self.channel = f"{schema}_events"[:63]
         """The LISTEN/NOTIFY channel appends signal (channels are per database)."""
         self._local = threading.local()
@@ -145,7 +119,15 @@ class PostgresRecorder(ConversationRecorder):
             "SELECT * FROM {s}.{append}(%b::uuid[], %b::bigint[], %b::integer[], %b::bytea[],"
             " %b::uuid, %b::bigint, %b::bytea, %b::text, %b::bigint)"
         ).format(s=s, append=sql.Identifier(_APPEND))
-        self._create_tables()
+        if read_only:
+            with self._using() as connection:
+                recorded = self._recorded(connection)
+                if recorded is None:
+                    legacy = self._has_table(connection, "events")
+                    recorded = list(migrations.LEGACY) if legacy else []
+            migrations.check_readable(recorded, known, where=self._where())
+        else:
+            self.migrated = self._migrate(known)
 
     # --- connections ------------------------------------------------------------------------
 
@@ -154,6 +136,8 @@ class PostgresRecorder(ConversationRecorder):
         connection.execute(
             sql.SQL("SET lock_timeout = {}").format(sql.Literal(f"{self.lock_timeout_ms}ms"))
         )
+        if self.read_only:
+            connection.execute("SET default_transaction_read_only = on")
         return connection
 
     def _connection(self) -> Connection:
@@ -195,25 +179,67 @@ class PostgresRecorder(ConversationRecorder):
                 if connection.closed:
                     self._discard(connection)
 
-    def _create_tables(self) -> None:
+    def _where(self) -> str:
+        info = psycopg.conninfo.conninfo_to_dict(self.dsn)
+        return f"postgresql database {info.get('dbname', '')!s} (schema {self.schema})"
+
+    def _has_table(self, connection: Connection, table: str) -> bool:
+        name = f"{sql.Identifier(self.schema).as_string(connection)}.{table}"
+        row = connection.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone()
+        return bool(row and row[0])
+
+    def _recorded(self, connection: Connection) -> list[str] | None:
+        """The names the `migrations` table records in order; None when there is no table."""
+        if not self._has_table(connection, "migrations"):
+            return None
+        query = sql.SQL("SELECT name FROM {}.migrations ORDER BY position")
+        rows = connection.execute(query.format(sql.Identifier(self.schema))).fetchall()
+        return [str(row[0]) for row in rows]
+
+    def _migrate(self, known: Sequence[Migration]) -> tuple[str, ...]:
+        """Apply the migrations the store lacks, one transaction each; their names."""
+        where = self._where()
         with self._using() as connection:
-            row = connection.execute(
-                "SELECT to_regprocedure(%s) IS NOT NULL", (_signature(self.schema),)
-            ).fetchone()
-            if row is not None and row[0]:
-                return  # created by an earlier open: no DDL, so no locks taken
+            if not migrations.missing(self._recorded(connection) or [], known, where=where):
+                return ()  # up to date: no DDL, so no locks taken
             s, channel = sql.Identifier(self.schema), sql.Literal(self.channel)
-            with connection.transaction():
-                # Concurrent CREATE … IF NOT EXISTS can still collide in the catalogs.
-                connection.execute(
-                    "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"convstore {self.schema}",)
-                )
-                for statement in _SCHEMA:
+            applied: list[str] = []
+            while True:
+                with connection.transaction():
+                    # One writer at a time migrates: concurrent DDL collides in the catalogs.
                     connection.execute(
-                        sql.SQL(statement).format(
-                            s=s, channel=channel, append=sql.Identifier(_APPEND)
-                        )
+                        "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"convstore {self.schema}",)
                     )
+                    connection.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(s))
+                    connection.execute(sql.SQL(migrations.POSTGRES_TABLE).format(s=s))
+                    done = self._recorded(connection) or []
+                    lacking = migrations.missing(done, known, where=where)
+                    if not lacking:
+                        return tuple(applied)
+                    for statement in lacking[0].postgres:
+                        connection.execute(
+                            sql.SQL(statement).format(
+                                s=s, channel=channel, append=sql.Identifier(_APPEND)
+                            )
+                        )
+                    connection.execute(
+                        sql.SQL(
+                            "INSERT INTO {}.migrations (position, name) VALUES (%s, %s)"
+                        ).format(s),
+                        (len(done) + 1, lacking[0].name),
+                    )
+                applied.append(lacking[0].name)
+
+    def applied_migrations(self) -> list[AppliedMigration]:
+        """The migrations the store records, in order (none for a store made before them)."""
+        with self._using() as connection:
+            if not self._has_table(connection, "migrations"):
+                return []
+            query = sql.SQL(
+                "SELECT position, name, applied_at FROM {}.migrations ORDER BY position"
+            ).format(sql.Identifier(self.schema))
+            rows = connection.execute(query).fetchall()
+        return [AppliedMigration(int(row[0]), str(row[1]), row[2].isoformat()) for row in rows]
 
     def release(self) -> None:
         """Close the calling thread's connection: for a thread that ends before the recorder."""
@@ -539,12 +565,6 @@ def _open(connection: Connection) -> bool:
     except psycopg.OperationalError:
         return False
     return not connection.closed
-
-
-def _signature(schema: str) -> str:
-    """The append function's signature, for `to_regprocedure`."""
-    quoted = '"' + schema.replace('"', '""') + '"'
-    return f"{quoted}.{_APPEND}(uuid[],bigint[],integer[],bytea[],uuid,bigint,bytea,text,bigint)"
 
 
 class PostgresSubscription(ListenNotifySubscription[PostgresRecorder]):

@@ -36,8 +36,24 @@ class FirstEvent(msgspec.Struct, frozen=True):
     """How many events the conversation holds."""
 
 
+class AppliedMigration(msgspec.Struct, frozen=True):
+    """One migration a store records (`storage.migrations`)."""
+
+    position: int
+    name: str
+    applied_at: str
+    """When it was applied, in the database's clock (ISO 8601)."""
+
+
 class ConversationRecorder(ApplicationRecorder, TrackingRecorder, ABC):
     """Stores conversation events, snapshots and tracking records in one database."""
+
+    migrated: tuple[str, ...] = ()
+    """The migrations this recorder applied when it opened the store (a writer's)."""
+
+    @abstractmethod
+    def applied_migrations(self) -> list[AppliedMigration]:
+        """The migrations the store records, in order."""
 
     @abstractmethod
     def append(

@@ -23,8 +23,21 @@ from uuid import UUID
 
 from eventsourcing.persistence import Notification, StoredEvent, Subscription, Tracking
 
-from convstore.storage.errors import IntegrityError, TrackingConflict, translate, translating
-from convstore.storage.recorder import ConversationRecorder, FirstEvent, SnapshotRecord
+from convstore.storage import migrations
+from convstore.storage.errors import (
+    IntegrityError,
+    MigrationRequired,
+    TrackingConflict,
+    translate,
+    translating,
+)
+from convstore.storage.migrations import MIGRATIONS, Migration
+from convstore.storage.recorder import (
+    AppliedMigration,
+    ConversationRecorder,
+    FirstEvent,
+    SnapshotRecord,
+)
 
 BUSY_TIMEOUT_MS = 5000
 """How long a writer waits for another's lock before a typed OperationalError."""
@@ -35,23 +48,28 @@ PAGE_SIZE = 8192
 """Page size of a new database file. Events of about a KiB leave on average half an event
 unused at the end of each page: 15 % of a 4 KiB page, 7 % of an 8 KiB one."""
 
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS topics (id INTEGER PRIMARY KEY, topic TEXT NOT NULL UNIQUE)",
-    "CREATE TABLE IF NOT EXISTS events ("
-    " id INTEGER PRIMARY KEY,"
-    " originator_id BLOB NOT NULL,"
-    " originator_version INTEGER NOT NULL,"
-    " topic INTEGER NOT NULL,"
-    " state BLOB NOT NULL,"
-    " UNIQUE (originator_id, originator_version))",
-    "CREATE INDEX IF NOT EXISTS events_first ON events (id) WHERE originator_version = 1",
-    "CREATE TABLE IF NOT EXISTS snapshots ("
-    " originator_id BLOB PRIMARY KEY, version INTEGER NOT NULL, state BLOB NOT NULL)"
-    " WITHOUT ROWID",
-    "CREATE TABLE IF NOT EXISTS tracking ("
-    " application_name TEXT NOT NULL, notification_id INTEGER NOT NULL,"
-    " PRIMARY KEY (application_name, notification_id)) WITHOUT ROWID",
-)
+
+def _recorded(connection: sqlite3.Connection | sqlite3.Cursor) -> list[str] | None:
+    """The names the `migrations` table records in order; None when there is no table."""
+    exists = connection.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'migrations'"
+    ).fetchone()
+    if exists is None:
+        return None
+    return [
+        str(row[0]) for row in connection.execute("SELECT name FROM migrations ORDER BY position")
+    ]
+
+
+def _has_events(connection: sqlite3.Connection) -> bool:
+    row = connection.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'events'"
+    ).fetchone()
+    return row is not None
+
+
+def _read_only_uri(path: str) -> str:
+    return f"{Path(path).resolve().as_uri()}?mode=ro"
 
 
 def _key(originator_id: UUID | str) -> bytes | str:
@@ -63,7 +81,12 @@ def _originator(key: bytes | str) -> UUID | str:
 
 
 class SQLiteRecorder(ConversationRecorder):
-    """Conversation events, snapshots and tracking records in one SQLite file."""
+    """Conversation events, snapshots and tracking records in one SQLite file.
+
+    A writer (the default) creates the file if needed and applies the migrations it lacks
+    (`storage.migrations`); `read_only=True` opens an existing file without writing to it,
+    refusing one it cannot read unmigrated.
+    """
 
     def __init__(
         self,
@@ -71,24 +94,66 @@ class SQLiteRecorder(ConversationRecorder):
         *,
         synchronous: str = "FULL",
         busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+        read_only: bool = False,
+        known: Sequence[Migration] = MIGRATIONS,
     ) -> None:
         self.path = str(path)
         self.synchronous = synchronous
         self.busy_timeout_ms = busy_timeout_ms
+        self.read_only = read_only
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._guard = threading.Lock()
         self._topic_ids: dict[str, int] = {}
         self._topics: dict[int, str] = {}
+        if read_only:
+            if self.path == ":memory:" or not Path(self.path).is_file():
+                raise MigrationRequired(f"there is no convstore store at {self.path}")
+            with translating():
+                connection = self._connection()
+                recorded = _recorded(connection)
+                if recorded is None:
+                    recorded = list(migrations.LEGACY) if _has_events(connection) else []
+                migrations.check_readable(recorded, known, where=self.path)
+            return
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         with translating():
             connection = self._connection()
             connection.execute(f"PRAGMA page_size={PAGE_SIZE}")  # a no-op once the file exists
             connection.execute("PRAGMA journal_mode=WAL")
-            with self._transaction() as cursor:
-                for statement in _SCHEMA:
+            self.migrated = self._migrate(known)
+
+    def _migrate(self, known: Sequence[Migration]) -> tuple[str, ...]:
+        """Apply the migrations the store lacks, one transaction each; their names."""
+        if not migrations.missing(_recorded(self._connection()) or [], known, where=self.path):
+            return ()  # up to date: no write transaction, no lock taken
+        applied: list[str] = []
+        while True:
+            with self._transaction() as cursor:  # re-read under the lock: one writer applies
+                cursor.execute(migrations.SQLITE_TABLE)
+                done = _recorded(cursor) or []
+                lacking = migrations.missing(done, known, where=self.path)
+                if not lacking:
+                    return tuple(applied)
+                for statement in lacking[0].sqlite:
                     cursor.execute(statement)
+                cursor.execute(
+                    "INSERT INTO migrations (position, name) VALUES (?, ?)",
+                    (len(done) + 1, lacking[0].name),
+                )
+            applied.append(lacking[0].name)
+
+    def applied_migrations(self) -> list[AppliedMigration]:
+        """The migrations the store records, in order (none for a store made before them)."""
+        with translating():
+            connection = self._connection()
+            if _recorded(connection) is None:
+                return []
+            rows = connection.execute(
+                "SELECT position, name, applied_at FROM migrations ORDER BY position"
+            ).fetchall()
+        return [AppliedMigration(int(row[0]), str(row[1]), str(row[2])) for row in rows]
 
     # --- connections ------------------------------------------------------------------------
 
@@ -96,7 +161,8 @@ class SQLiteRecorder(ConversationRecorder):
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
         if connection is None:
             connection = sqlite3.connect(
-                self.path,
+                _read_only_uri(self.path) if self.read_only else self.path,
+                uri=self.read_only,
                 isolation_level=None,
                 check_same_thread=False,
                 timeout=self.busy_timeout_ms / 1000,

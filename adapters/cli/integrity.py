@@ -1,4 +1,4 @@
-"""Checking a store: `audit`, `verify`, `anchor`."""
+"""Checking and upgrading a store: `audit`, `verify`, `anchor`, `migrate`."""
 
 from __future__ import annotations
 
@@ -166,3 +166,32 @@ def _write_atomically(path: Path, data: bytes) -> None:
     except OSError as error:
         temporary.unlink(missing_ok=True)
         raise ConfigurationError(f"cannot write {path}: {error.strerror}") from None
+
+
+@command("migrate", "apply the store migrations this version has and the store lacks", json_flag)
+def migrate_command(args: argparse.Namespace, session: Session) -> int:
+    """Bring the store's tables up to this version, in place: each missing migration in a
+    transaction of its own. Any writing command does the same on open; this one says what
+    it did, for a store that read-only readers refused. Exit 0; 2 for a newer store."""
+    store = session.store
+    applied = store.recorder.migrated
+    recorded = store.recorder.applied_migrations()
+    if args.json:
+        session.out.json(
+            {
+                "store": str(store.location),
+                "applied": list(applied),
+                "migrations": [
+                    {"position": m.position, "name": m.name, "applied_at": m.applied_at}
+                    for m in recorded
+                ],
+            }
+        )
+        return 0
+    for name in applied:
+        session.out.line(f"applied {name}")
+    latest = recorded[-1].name if recorded else "none"
+    state = "migrated" if applied else "up to date"
+    count = len(recorded)
+    session.out.line(f"{state}: {count} migration{'' if count == 1 else 's'}, latest {latest}")
+    return 0

@@ -1,0 +1,165 @@
+"""Named, append-only store migrations: the store's schema, one step at a time.
+
+`MIGRATIONS` lists every change ever made to the store's tables, oldest first. Each has a
+name that never changes and the statements of both backends; a store records the ones
+applied, in order, in its `migrations` table, so the store itself says which version of
+the schema it holds. The rules, as well-kept SQLite tools have them:
+
+- **Append-only.** A migration, once released, is never edited or removed: a correction
+  is a new migration after it. `tests/test_migrations.py` pins the released names.
+- **A writer migrates.** Opening a store to write applies what is missing, each migration
+  in a transaction of its own (its statements and its `migrations` row commit together),
+  re-checked under the lock so concurrent writers apply each exactly once.
+- **A reader never migrates.** A read-only reader reads a store that lacks only the newest
+  migration when that migration says readers can do without it (`readable_without`);
+  otherwise it refuses, naming the migration and `convstore migrate`.
+- **A newer store is refused.** A store that has applied a migration this version does not
+  know (or another history) was written by a newer convstore: it is refused by name,
+  before anything is read or written.
+
+A store created before migrations existed has the tables of `0001_initial` and no
+`migrations` table: it holds `0001_initial`, and the first writer records it.
+
+PostgreSQL statements are formatted with `{s}` (the schema), `{channel}` (the channel
+appends notify) and `{append}` (the append function's name).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from convstore.storage.errors import MigrationRequired, NewerSchema
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """One named change of the store's tables, on both backends."""
+
+    name: str
+    """`NNNN_what_it_does`; never changes once released."""
+    sqlite: tuple[str, ...]
+    postgres: tuple[str, ...]
+    readable_without: bool = False
+    """Whether a reader of this version can still read a store that lacks this migration
+    (an index, say, but not a table or column the reader selects)."""
+
+
+_INITIAL_SQLITE: Final = (
+    "CREATE TABLE IF NOT EXISTS topics (id INTEGER PRIMARY KEY, topic TEXT NOT NULL UNIQUE)",
+    "CREATE TABLE IF NOT EXISTS events ("
+    " id INTEGER PRIMARY KEY,"
+    " originator_id BLOB NOT NULL,"
+    " originator_version INTEGER NOT NULL,"
+    " topic INTEGER NOT NULL,"
+    " state BLOB NOT NULL,"
+    " UNIQUE (originator_id, originator_version))",
+    "CREATE INDEX IF NOT EXISTS events_first ON events (id) WHERE originator_version = 1",
+    "CREATE TABLE IF NOT EXISTS snapshots ("
+    " originator_id BLOB PRIMARY KEY, version INTEGER NOT NULL, state BLOB NOT NULL)"
+    " WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS tracking ("
+    " application_name TEXT NOT NULL, notification_id INTEGER NOT NULL,"
+    " PRIMARY KEY (application_name, notification_id)) WITHOUT ROWID",
+)
+
+_INITIAL_POSTGRES: Final = (
+    "CREATE TABLE IF NOT EXISTS {s}.topics ("
+    " id integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY, topic text NOT NULL UNIQUE)",
+    "CREATE TABLE IF NOT EXISTS {s}.events ("
+    " id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
+    " originator_id uuid NOT NULL,"
+    " originator_version bigint NOT NULL,"
+    " topic integer NOT NULL,"
+    " state bytea NOT NULL,"
+    " UNIQUE (originator_id, originator_version))",
+    "CREATE INDEX IF NOT EXISTS events_first ON {s}.events (id) WHERE originator_version = 1",
+    "CREATE TABLE IF NOT EXISTS {s}.snapshots ("
+    " originator_id uuid PRIMARY KEY, version bigint NOT NULL, state bytea NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS {s}.tracking ("
+    " application_name text PRIMARY KEY, notification_id bigint NOT NULL)",
+    "CREATE OR REPLACE FUNCTION {s}.{append}("
+    " p_ids uuid[], p_versions bigint[], p_topics integer[], p_states bytea[],"
+    " p_snapshot_id uuid, p_snapshot_version bigint, p_snapshot_state bytea,"
+    " p_tracking_name text, p_tracking_id bigint)"
+    " RETURNS SETOF bigint LANGUAGE plpgsql AS $$\n"
+    "BEGIN\n"
+    # Taken first, so every writer queues here before holding any other lock.
+    "  LOCK TABLE {s}.events IN EXCLUSIVE MODE;\n"
+    "  PERFORM pg_notify({channel}, '');\n"
+    "  RETURN QUERY INSERT INTO {s}.events (originator_id, originator_version, topic, state)\n"
+    "    SELECT * FROM unnest(p_ids, p_versions, p_topics, p_states) RETURNING id;\n"
+    "  IF p_snapshot_id IS NOT NULL THEN\n"
+    "    INSERT INTO {s}.snapshots VALUES (p_snapshot_id, p_snapshot_version, p_snapshot_state)\n"
+    "    ON CONFLICT (originator_id) DO UPDATE\n"
+    "    SET version = EXCLUDED.version, state = EXCLUDED.state;\n"
+    "  END IF;\n"
+    "  IF p_tracking_name IS NOT NULL THEN\n"
+    "    INSERT INTO {s}.tracking VALUES (p_tracking_name, p_tracking_id)\n"
+    "    ON CONFLICT (application_name) DO UPDATE SET notification_id = EXCLUDED.notification_id\n"
+    "    WHERE tracking.notification_id < EXCLUDED.notification_id;\n"
+    "    IF NOT FOUND THEN\n"
+    "      RAISE unique_violation USING MESSAGE = format('%s already processed a'\n"
+    "        ' notification at or after %s', p_tracking_name, p_tracking_id);\n"
+    "    END IF;\n"
+    "  END IF;\n"
+    "END\n"
+    "$$",
+)
+
+MIGRATIONS: Final[tuple[Migration, ...]] = (
+    Migration("0001_initial", sqlite=_INITIAL_SQLITE, postgres=_INITIAL_POSTGRES),
+)
+"""Every migration, oldest first. Append only."""
+
+LEGACY: Final = ("0001_initial",)
+"""What a store without a `migrations` table holds, when it has the `events` table."""
+
+SQLITE_TABLE: Final = (
+    "CREATE TABLE IF NOT EXISTS migrations ("
+    " position INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE,"
+    " applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')))"
+)
+POSTGRES_TABLE: Final = (
+    "CREATE TABLE IF NOT EXISTS {s}.migrations ("
+    " position integer PRIMARY KEY, name text NOT NULL UNIQUE,"
+    " applied_at timestamptz NOT NULL DEFAULT now())"
+)
+
+
+def missing(applied: Sequence[str], known: Sequence[Migration], *, where: str) -> list[Migration]:
+    """The migrations of `known` a store that applied `applied` lacks, in order.
+
+    Raises NewerSchema when `applied` is not a prefix of `known`'s names: the store was
+    written by a newer convstore (or by another history), and nothing may touch it.
+    """
+    names = [migration.name for migration in known]
+    for position, name in enumerate(applied):
+        if position >= len(names) or names[position] != name:
+            expected = names[position] if position < len(names) else "nothing"
+            raise NewerSchema(
+                f"the store at {where} has migration {name!r} at position {position + 1},"
+                f" which this convstore does not know (it expects {expected}): it was"
+                " written by a newer convstore; upgrade convstore to open it"
+            )
+    return list(known[len(applied) :])
+
+
+def check_readable(applied: Sequence[str], known: Sequence[Migration], *, where: str) -> None:
+    """Raise MigrationRequired unless a read-only reader can read a store at `applied`.
+
+    Up to date is readable; so is a store lacking only the newest migration when that
+    migration is `readable_without`. Raises NewerSchema for a newer store.
+    """
+    lacking = missing(applied, known, where=where)
+    if not lacking or (len(lacking) == 1 and lacking[0].readable_without):
+        return
+    if not applied:
+        raise MigrationRequired(f"there is no convstore store at {where}")
+    names = ", ".join(migration.name for migration in lacking)
+    raise MigrationRequired(
+        f"the store at {where} needs migration{'s' if len(lacking) > 1 else ''} {names}, which"
+        f" a read-only reader does not apply: run `convstore --db URL migrate` (it applies"
+        " them in place), then read again"
+    )
