@@ -12,7 +12,7 @@ $(BIN)/python:
 # Strict editable mode links each module into a tree mypy can read; re-run after adding files.
 install: $(BIN)/python
 	$(BIN)/python -m pip install -q --disable-pip-version-check \
-		--config-settings editable_mode=strict -e '.[postgres,test]'
+		--config-settings editable_mode=strict -e '.[test]'
 
 lint: install
 	$(BIN)/ruff check .

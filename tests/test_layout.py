@@ -117,3 +117,57 @@ def test_the_rules_catch_a_forbidden_import(tmp_path: Path) -> None:
     assert targets == ["adapters.google.parts.X"]
     assert not _allowed(targets[0], MAY_IMPORT["adapters.anthropic"])
     assert _allowed(targets[0], MAY_IMPORT["adapters.google"])
+
+
+EXTRAS_MODULES = (
+    "psycopg",
+    "starlette",
+    "uvicorn",
+    "opentelemetry",
+    "cryptography",
+    "orjson",
+    "llm",
+    "langgraph",
+    "anthropic",
+    "openai",
+    "google",
+    "jsonschema",
+)
+"""Top-level modules that only the extras install (pyproject's optional dependencies)."""
+
+_WITHOUT_EXTRAS = """
+import importlib.abc, sys
+class Blocked(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ImportError(f"{name} is an extra's (blocked)")
+sys.meta_path.insert(0, Blocked())
+from convstore.adapters import cli
+for argv in ARGV:
+    code = cli.main(argv)
+    if code != 0:
+        sys.exit(f"{argv}: exit {code}")
+"""
+
+
+def test_the_base_install_needs_no_extra(tmp_path: Path) -> None:
+    """The command line records and reads an SQLite store with every extra's module
+    unimportable: the base install stays lean."""
+    import subprocess
+    import sys
+
+    example = ROOT / "examples" / "anthropic" / "web_search_citations"
+    db = f"sqlite:///{tmp_path / 'store.db'}"
+    capture = [str(example / "1.request.json"), str(example / "1.response.sse")]
+    argv = [
+        ["--help"],
+        ["--db", db, "ingest", "--provider", "anthropic", "--request", *capture],
+        ["--db", db, "list"],
+        ["--db", db, "search", "Kyoto"],
+        ["--db", db, "verify", "--all"],
+    ]
+    script = f"BLOCKED = {set(EXTRAS_MODULES)!r}\nARGV = {argv!r}\n{_WITHOUT_EXTRAS}"
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
