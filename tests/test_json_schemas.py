@@ -1,0 +1,140 @@
+"""Every command's `--json` output against its schema (`adapters/cli/schemas/`).
+
+The schemas are a contract scripts rely on: each registered command has one, each is a
+valid JSON Schema (draft 2020-12), and each command's output on a store built from the
+example captures of every provider validates against it, on both backends.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from convstore.adapters import cli
+from convstore.adapters.cli.registry import COMMANDS
+from tests.replay_server import ReplayServer, Reply
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMAS = ROOT / "adapters" / "cli" / "schemas"
+EXAMPLES = ROOT / "examples"
+KEY = "sk-ant-test-schemas"
+
+CAPTURES = {
+    "anthropic": ("web_search_citations", "1.response.sse"),
+    "openai": ("web_search_citations", "1.response.sse"),
+    "google": ("grounding_search_stream", "1.response.sse"),
+}
+"""One example exchange per provider: (folder, response file)."""
+MODELS = {"anthropic": "claude-sonnet-4-5", "openai": "gpt-5.1", "google": "gemini-2.5-flash"}
+"""A model per replay target (a dry run needs one: what is left out depends on it)."""
+
+
+def _schema(command: str) -> dict[str, Any]:
+    schema: dict[str, Any] = json.loads((SCHEMAS / f"{command}.schema.json").read_text())
+    return schema
+
+
+def _check(command: str, output: str) -> Any:
+    data = json.loads(output)
+    jsonschema.Draft202012Validator(
+        _schema(command), format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
+    ).validate(data)
+    return data
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    assert code in (0, 3), err
+    return code, out
+
+
+@pytest.fixture
+def recorded(
+    store_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[str, dict[str, str]]]:
+    """A store holding one example exchange per provider; the conversation of each."""
+    for name in ("CONVSTORE_CONFIG", "CONVSTORE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    conversations = {}
+    for provider, (folder, response) in CAPTURES.items():
+        capture = EXAMPLES / provider / folder
+        request = next(capture.glob("1.request.json"))
+        _, out = _run(
+            capsys,
+            "--db",
+            store_url,
+            "ingest",
+            "--provider",
+            provider,
+            "--request",
+            str(request),
+            str(capture / response),
+            "--json",
+        )
+        conversations[provider] = _check("ingest", out)["conversation_id"]
+    yield store_url, conversations
+
+
+def test_every_command_has_a_valid_schema() -> None:
+    assert sorted(path.name.removesuffix(".schema.json") for path in SCHEMAS.iterdir()) == sorted(
+        COMMANDS
+    )
+    for command in COMMANDS:
+        jsonschema.Draft202012Validator.check_schema(_schema(command))
+
+
+def test_every_reading_command_matches_its_schema(
+    recorded: tuple[str, dict[str, str]], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    url, conversations = recorded
+    db = ("--db", url)
+    listed = _check("list", _run(capsys, *db, "list", "--json")[1])
+    assert {c["id"] for c in listed} == set(conversations.values())
+    for provider, conversation in conversations.items():
+        events = _check("show", _run(capsys, *db, "show", conversation, "--json")[1])
+        assert events[0]["type"] == "Started"
+        assert any("payload" in event for event in events), provider
+        request = _check("replay", _run(capsys, *db, "replay", conversation, "--to", provider)[1])
+        assert isinstance(request, dict)
+        for target in CAPTURES:
+            replay = ("replay", conversation, "--to", target, "--model", MODELS[target])
+            dry = _run(capsys, *db, *replay, "--dry-run", "--json")
+            assert isinstance(_check("replay", dry[1]), list)
+        report = _check("audit", _run(capsys, *db, "audit", conversation, "--json")[1])
+        assert report["conversation_id"] == conversation
+        assert _check("repair", _run(capsys, *db, "repair", conversation, "--json")[1]) == []
+    assert len(_check("audit", _run(capsys, *db, "audit", "--all", "--json")[1])) == 3
+    assert _check("verify", _run(capsys, *db, "verify", "--all", "--json")[1])["intact"]
+    heads = tmp_path / "heads.json"
+    anchored = _run(capsys, *db, "anchor", "-o", str(heads), "--json")[1]
+    assert _check("anchor", anchored)["conversations"] == 3
+    out = tmp_path / "out"
+    exported = _run(capsys, *db, "export", "--all", "--format", "md", "-o", str(out), "--json")
+    assert len(_check("export", exported[1])["files"]) == 3
+    assert _check("search", _run(capsys, *db, "search", "matcha", "--json")[1])
+    assert _check("reindex", _run(capsys, *db, "reindex", "--json")[1])["events"] > 0
+    assert _check("project", _run(capsys, *db, "project", "--json")[1])["events"] == 0
+    assert _check("migrate", _run(capsys, *db, "migrate", "--json")[1])["applied"] == []
+
+
+def test_ask_matches_its_schema(
+    store_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    monkeypatch.delenv("CONVSTORE_CONFIG", raising=False)
+    response = EXAMPLES / "anthropic" / "thinking_tool_roundtrip" / "1.response.sse"
+    with ReplayServer() as server:
+        server.enqueue(Reply(body=response.read_bytes(), content_type="text/event-stream"))
+        _, out = _run(
+            capsys,
+            *("--db", store_url, "ask", "What is the weather in Kyoto?", "--json"),
+            *("--model", MODELS["anthropic"]),
+            *("--cfg", f"providers.anthropic.base_url={server.url}"),
+        )
+    assert _check("ask", out)["response"]["ended"] == "completed"
