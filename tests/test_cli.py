@@ -5,9 +5,12 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -423,3 +426,36 @@ def test_demo_ends_every_step_as_expected(demo_run: tuple[int, str, Path]) -> No
     assert "!!" not in out
     assert "already stored, nothing written" in out
     assert code == 0
+
+
+# --- signals ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("signum", "code", "word"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],
+)
+def test_a_command_stopped_by_a_signal_exits_128_plus_its_number(
+    tmp_path: Path, signum: int, code: int, word: str
+) -> None:
+    """`ingest` of a stream still arriving (a FIFO), stopped: one line, exit 128 + N, and
+    the store stays readable."""
+    fifo = tmp_path / "response.sse"
+    os.mkfifo(fifo)
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    argv = ["--db", url, "ingest", "--provider", "anthropic", str(fifo)]
+    child = subprocess.Popen(
+        [sys.executable, "-m", "convstore.adapters.cli", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    with open(fifo, "w") as writer:
+        writer.write("event: ping\ndata: {}\n\n")
+        writer.flush()
+        time.sleep(0.5)  # the child is reading the stream
+        child.send_signal(signum)
+        _, err = child.communicate(timeout=30)
+    assert child.returncode == code
+    assert err == f"convstore: {word}\n"
+    assert run_process("--db", url, "verify", "--all").returncode == 0

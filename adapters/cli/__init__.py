@@ -6,8 +6,11 @@ stdout and stderr (argparse's usage and errors included) is sanitized on the way
 
 Exit codes: 0 success; 2 a usage error or a `ConvstoreError` (one line on stderr, no
 traceback); 1 anything unexpected (a short line; `CONVSTORE_DEBUG=1` adds the sanitized
-traceback); 5 `verify` found a changed, removed or reordered event (`audit`: stored events
-that cannot be read); 130 interrupted.
+traceback); 3 a response ended `failed` or `abandoned`; 4 a stored response id arrived
+with different content; 5 `verify` found a changed, removed or reordered event (`audit`:
+stored events that cannot be read); 128 + N stopped by signal N: 130 for SIGINT (Ctrl-C),
+143 for SIGTERM (a command that serves, such as `project --follow`, stops gracefully on
+either and exits 0). The README's table is the contract.
 
 `demo` runs the main job end to end through the command line (`make demo`).
 
@@ -18,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Sequence
 
@@ -74,8 +79,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Stopped(KeyboardInterrupt):
+    """A signal other than SIGINT stopped the command; it unwinds as Ctrl-C does."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise Stopped(signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code."""
+    if threading.current_thread() is not threading.main_thread():
+        return _main(argv)
+    previous = signal.signal(signal.SIGTERM, _stop)
+    try:
+        return _main(argv)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     out, err = Renderer(sys.stdout), Renderer(sys.stderr)
     try:
         args = build_parser().parse_args(argv)
@@ -93,9 +120,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConvstoreError as error:
         err.line(f"{PROG}: error: {render.one_line(str(error))}")
         return 2
-    except KeyboardInterrupt:
-        err.line(f"{PROG}: interrupted")
-        return 130
+    except KeyboardInterrupt as stopped:
+        signum = stopped.signum if isinstance(stopped, Stopped) else signal.SIGINT
+        err.line(f"{PROG}: {'interrupted' if signum == signal.SIGINT else 'terminated'}")
+        return 128 + signum
     except BrokenPipeError:
         _silence_stdout()  # the reader went away (`convstore list | head`)
         return 1
