@@ -23,15 +23,9 @@ from convstore.adapters.anthropic.config import AnthropicConfig
 from convstore.adapters.anthropic.context import RequestContext
 from convstore.adapters.anthropic.decode import decode_message, detect_and_decode
 from convstore.adapters.anthropic.encode import (
-    DeclaredTool,
     EncodedRequest,
-    Loss,
-    binding_mismatch,
-    context_envelope,
     encode_request,
     encode_request_bytes,
-    same_model,
-    scope_tool_choice,
 )
 from convstore.adapters.anthropic.history import (
     HistoryMismatch,
@@ -40,6 +34,10 @@ from convstore.adapters.anthropic.history import (
     request_model,
     request_settings,
 )
+from convstore.adapters.anthropic.messages import binding_mismatch, same_model
+from convstore.adapters.anthropic.settings import scope_tool_choice
+from convstore.adapters.wire.encoding import context_envelope
+from convstore.adapters.wire.providers import DeclaredTool, Loss
 from convstore.domain.conversation import Conversation
 from convstore.domain.errors import ConfigurationError, DecodeError
 from convstore.domain.events import (

@@ -29,7 +29,7 @@ import msgspec
 
 from convstore.adapters.anthropic.blocks import BlockMapper
 from convstore.adapters.anthropic.context import PROVIDER, RequestContext
-from convstore.adapters.anthropic.encode import USER_CONTENT_BLOCK, build_messages
+from convstore.adapters.anthropic.messages import USER_CONTENT_BLOCK, build_messages
 from convstore.adapters.wire.assembler import AssembledBlock
 from convstore.adapters.wire.captured import held_prefix
 from convstore.adapters.wire.providers import MessageDrafts

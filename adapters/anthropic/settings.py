@@ -1,0 +1,209 @@
+"""The request's settings and tools, from the newest recorded request and the configuration.
+
+Part of the Anthropic encoder (see `encode` for the rules): the recorded settings the
+request starts from, the hosted tools the configuration enables or a pending activity
+keeps declared, and a `tool_choice` never broadened to hosted tools.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import msgspec
+
+from convstore.adapters.anthropic.config import (
+    NATIVE_TOOL_VERSIONS,
+    AnthropicConfig,
+    hosted_tool_declarations,
+    tool_name_of,
+)
+from convstore.adapters.anthropic.context import PROVIDER, TOOL_ALIASES, is_hosted_tool_type
+from convstore.adapters.anthropic.messages import MessageScan
+from convstore.adapters.wire.encoding import (
+    ANY_JSON,
+    NO_SETTINGS,
+    RecordedSettings,
+    client_tools,
+    kept_choice,
+    recorded_list,
+    recorded_native,
+    set_field,
+    target_model,
+)
+from convstore.adapters.wire.providers import DeclaredTool, Loss
+from convstore.domain.events import (
+    HostedActivity,
+)
+
+DEFAULT_MAX_TOKENS: Final = 4096
+"""`max_tokens` when neither the configuration nor the recorded request gives one."""
+
+
+@dataclass(slots=True)
+class ResolvedSettings(RecordedSettings):
+    """The recorded settings, and the Anthropic body the configuration makes of them."""
+
+    max_tokens: int
+
+    @classmethod
+    def resolve(
+        cls,
+        scan: MessageScan,
+        config: AnthropicConfig,
+        model: str | None,
+        losses: list[Loss],
+    ) -> ResolvedSettings:
+        source = scan.newest_with_settings or scan.newest
+        portable = source.settings if source is not None else NO_SETTINGS
+        native = recorded_native(source, PROVIDER, losses)
+        recorded_model = ""
+        if native is not None and "model" in native:
+            value = ANY_JSON.decode(native["model"])
+            recorded_model = value if isinstance(value, str) else ""
+        if not recorded_model and source is not None and source.provider == PROVIDER:
+            recorded_model = source.model
+        chosen = target_model("anthropic", "claude-sonnet-4-5", model, config.model, recorded_model)
+        max_tokens = config.max_tokens
+        if max_tokens is None and native is not None and "max_tokens" in native:
+            value = ANY_JSON.decode(native["max_tokens"])
+            max_tokens = value if type(value) is int else None
+        if max_tokens is None:
+            max_tokens = portable.max_tokens or DEFAULT_MAX_TOKENS
+        return cls(chosen, native, portable, source, max_tokens)
+
+    def recorded_tools(self, losses: list[Loss]) -> list[DeclaredTool]:
+        if self.native is not None:
+            tools = []
+            for item in recorded_list(self.native, "tools"):
+                decoded = ANY_JSON.decode(item)
+                if not isinstance(decoded, dict):
+                    continue
+                kind = decoded.get("type")
+                kind = kind if isinstance(kind, str) else ""
+                name = decoded.get("name")
+                name = name if isinstance(name, str) else tool_name_of(kind)
+                tools.append(DeclaredTool(name, kind, item, is_hosted_tool_type(kind)))
+            return tools
+        tools = []
+        for declaration in client_tools(self.source, "Anthropic", losses):
+            value: dict[str, Any] = {"name": declaration.name}
+            if declaration.description:
+                value["description"] = declaration.description
+            value["input_schema"] = declaration.input_schema or {"type": "object"}
+            tools.append(DeclaredTool(declaration.name, "", value, False))
+        return tools
+
+    def tools(
+        self, config: AnthropicConfig, pending: list[HostedActivity], losses: list[Loss]
+    ) -> list[DeclaredTool]:
+        tools = self.recorded_tools(losses)
+        keep = _pending_declarations(pending)
+        configured = hosted_tool_declarations(config)
+        for name in NATIVE_TOOL_VERSIONS:
+            setting = config.hosted_tools.setting(name)
+            if setting is None or name in keep:
+                continue
+            position = next((i for i, t in enumerate(tools) if t.name == name), None)
+            if setting:
+                declaration = configured[name]
+                tool = DeclaredTool(name, declaration["type"], declaration, True)
+                if position is None:
+                    tools.append(tool)
+                else:
+                    tools[position] = tool
+            elif position is not None:
+                del tools[position]
+        for name, native_type in keep.items():
+            if not any(t.name == name for t in tools):
+                tools.append(
+                    DeclaredTool(name, native_type, {"type": native_type, "name": name}, True)
+                )
+        return tools
+
+    def body(self, tools: list[DeclaredTool], losses: list[Loss]) -> dict[str, Any]:
+        body: dict[str, Any] = {}
+        if self.native is not None:
+            body.update((k, v) for k, v in self.native.items() if k not in ("messages", "stream"))
+        body["model"] = self.model
+        body["max_tokens"] = self.max_tokens
+        if self.native is None and self.portable.system:
+            body["system"] = self.portable.system
+        set_field(body, "tools", [t.value for t in tools] if tools else None)
+        set_field(body, "tool_choice", self.tool_choice(tools, losses))
+        return body
+
+    def tool_choice(self, tools: list[DeclaredTool], losses: list[Loss]) -> Any:
+        raw: msgspec.Raw | None = None
+        choice: Any
+        if self.native is not None:
+            raw = self.native.get("tool_choice")
+            if raw is None:
+                return None
+            choice = ANY_JSON.decode(raw)
+        else:
+            name = self.portable.tool_choice
+            if name is None:
+                return None
+            choice = (
+                {"type": name}
+                if name in ("auto", "any", "none")
+                else {
+                    "type": "tool",
+                    "name": name,
+                }
+            )
+        return kept_choice(choice, raw, scope_tool_choice(choice, tools), self.source, losses)
+
+
+def scope_tool_choice(choice: Any, tools: Sequence[DeclaredTool]) -> tuple[Any, str | None]:
+    """`choice` kept to client tools: (the choice to send or None, why it changed)."""
+    if not isinstance(choice, dict):
+        return None, f"tool_choice {choice!r} is not an object; left out"
+    if not tools:
+        kind = choice.get("type")
+        if kind in ("auto", None):
+            return None, None
+        return None, f"tool_choice {kind!r} without any tool declared; left out"
+    kind = choice.get("type")
+    hosted = [t.name for t in tools if t.hosted]
+    clients = [t.name for t in tools if not t.hosted]
+    if kind == "tool":
+        name = choice.get("name")
+        if name in hosted:
+            return None, f"tool_choice forces hosted tool {name!r}, which is unsupported; left out"
+        if name not in clients:
+            return None, f"tool_choice names {name!r}, which is not declared; left out"
+        return choice, None
+    if kind == "any" and hosted:
+        rest = {k: v for k, v in choice.items() if k not in ("type", "name")}
+        if len(clients) == 1:
+            return (
+                {"type": "tool", "name": clients[0], **rest},
+                f"tool_choice any narrowed to the only client tool {clients[0]!r} so that "
+                f"hosted tools ({', '.join(hosted)}) cannot satisfy it",
+            )
+        if not clients:
+            return None, "tool_choice any with only hosted tools declared; left out"
+        return (
+            {"type": "auto", **rest},
+            "tool_choice any sent as auto: Anthropic cannot limit it to the client tools "
+            f"while hosted tools ({', '.join(hosted)}) are declared",
+        )
+    return choice, None
+
+
+def _pending_declarations(pending: list[HostedActivity]) -> dict[str, str]:
+    """Tool name → native type, for the tools pending activities need declared."""
+    out: dict[str, str] = {}
+    for activity in pending:
+        payload = activity.payload
+        version = payload.version if payload is not None else ""
+        if version:
+            out.setdefault(tool_name_of(version), version)
+            continue
+        name = TOOL_ALIASES.get(activity.name, activity.name)
+        if name in NATIVE_TOOL_VERSIONS:
+            out.setdefault(name, NATIVE_TOOL_VERSIONS[name])
+    return out
