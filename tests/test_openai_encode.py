@@ -25,6 +25,7 @@ from convstore.adapters.anthropic import context as anthropic_context
 from convstore.adapters.anthropic import decode as anthropic_decode
 from convstore.adapters.anthropic import history as anthropic_history
 from convstore.adapters.google import decode as google_decode
+from convstore.adapters.openai.binding import binding_mismatch, same_model
 from convstore.adapters.openai.config import (
     HOSTED_TOOL_SUPPORT,
     OpenAIConfig,
@@ -34,18 +35,7 @@ from convstore.adapters.openai.config import (
 )
 from convstore.adapters.openai.context import RequestContext
 from convstore.adapters.openai.decode import detect_and_decode
-from convstore.adapters.openai.encode import (
-    DeclaredTool,
-    EncodedRequest,
-    binding_mismatch,
-    call_id_for,
-    context_envelope,
-    encode_request,
-    encode_request_bytes,
-    iter_losses,
-    same_model,
-    scope_tool_choice,
-)
+from convstore.adapters.openai.encode import EncodedRequest, encode_request, encode_request_bytes
 from convstore.adapters.openai.history import (
     HistoryMismatch,
     history,
@@ -54,7 +44,10 @@ from convstore.adapters.openai.history import (
     recorded_prefix,
     request_model,
 )
-from convstore.adapters.wire.providers import Loss, adapter
+from convstore.adapters.openai.inputs import call_id_for
+from convstore.adapters.openai.settings import scope_tool_choice
+from convstore.adapters.wire.encoding import context_envelope
+from convstore.adapters.wire.providers import DeclaredTool, Loss, adapter, iter_losses
 from convstore.domain.conversation import Conversation
 from convstore.domain.errors import ConfigurationError, DecodeError
 from convstore.domain.events import (
