@@ -23,6 +23,13 @@ import pytest
 from convstore.adapters.anthropic import decode as anthropic_decode
 from convstore.adapters.anthropic import history as anthropic_history
 from convstore.adapters.anthropic.context import RequestContext as AnthropicContext
+from convstore.adapters.google.binding import (
+    SKIP_SIGNATURE,
+    binding_mismatch,
+    function_name,
+    same_model,
+    signature_bytes,
+)
 from convstore.adapters.google.config import (
     GoogleConfig,
     model_generation,
@@ -32,25 +39,17 @@ from convstore.adapters.google.config import (
 )
 from convstore.adapters.google.context import RequestContext, model_from_path
 from convstore.adapters.google.decode import detect_and_decode
-from convstore.adapters.google.encode import (
-    SKIP_SIGNATURE,
-    EncodedRequest,
-    binding_mismatch,
-    context_envelope,
-    encode_request,
-    function_name,
-    same_model,
-    scope_tool_config,
-    signature_bytes,
-)
+from convstore.adapters.google.encode import EncodedRequest, encode_request
 from convstore.adapters.google.history import (
     HistoryMismatch,
     history,
     history_drafts,
     recorded_prefix,
 )
+from convstore.adapters.google.settings import scope_tool_config
 from convstore.adapters.openai import decode as openai_decode
 from convstore.adapters.openai.context import RequestContext as OpenAIContext
+from convstore.adapters.wire.encoding import context_envelope
 from convstore.domain.conversation import Conversation
 from convstore.domain.errors import ConfigurationError, DecodeError
 from convstore.domain.events import (

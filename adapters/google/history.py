@@ -45,8 +45,9 @@ from typing import Any, Final
 
 import msgspec
 
+from convstore.adapters.google.binding import signature_bytes
+from convstore.adapters.google.contents import USER_PART, build_contents
 from convstore.adapters.google.context import PROVIDER, RequestContext, camel
-from convstore.adapters.google.encode import USER_PART, build_contents, signature_bytes
 from convstore.adapters.google.stream import ChunkDecoder
 from convstore.adapters.wire.captured import held_prefix
 from convstore.adapters.wire.providers import MessageDrafts
