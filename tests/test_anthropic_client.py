@@ -19,14 +19,8 @@ import msgspec
 import pytest
 
 from convstore.adapters.anthropic.client import API_VERSION, AnthropicClient
-from convstore.adapters.http.transport import (
-    HTTPStream,
-    ProviderHTTPError,
-    ProviderUnavailable,
-    RetryPolicy,
-    StreamInterrupted,
-    Timeouts,
-)
+from convstore.adapters.http.errors import ProviderHTTPError, ProviderUnavailable, StreamInterrupted
+from convstore.adapters.http.transport import HTTPStream, RetryPolicy, Timeouts
 from convstore.domain.errors import ConfigurationError, ConvstoreError, DecodeError
 from tests.replay_server import (
     EXAMPLES,

@@ -24,14 +24,8 @@ from convstore.adapters import cli
 from convstore.adapters.google.client import GeminiClient
 from convstore.adapters.google.context import RequestContext, model_from_path
 from convstore.adapters.google.decode import decode_stream, detect_and_decode
-from convstore.adapters.http.transport import (
-    HTTPStream,
-    ProviderHTTPError,
-    ProviderUnavailable,
-    RetryPolicy,
-    StreamInterrupted,
-    Timeouts,
-)
+from convstore.adapters.http.errors import ProviderHTTPError, ProviderUnavailable, StreamInterrupted
+from convstore.adapters.http.transport import HTTPStream, RetryPolicy, Timeouts
 from convstore.domain.errors import ConfigurationError, ConvstoreError
 from convstore.domain.events import Event, ResponseEnded, ResponseStarted
 from tests.replay_server import (

@@ -18,16 +18,14 @@ from email.utils import format_datetime
 
 import pytest
 
+from convstore.adapters.http.client import api_key_from_env
+from convstore.adapters.http.errors import ProviderHTTPError, ProviderUnavailable, StreamInterrupted
 from convstore.adapters.http.transport import (
     DEFAULT_MAX_BODY_BYTES,
     MAX_ERROR_BODY_BYTES,
-    ProviderHTTPError,
-    ProviderUnavailable,
     RetryPolicy,
-    StreamInterrupted,
     Timeouts,
     Transport,
-    api_key_from_env,
 )
 from convstore.domain.errors import ConfigurationError, ConvstoreError, DecodeError
 from tests.replay_server import ReplayServer, Reply, free_port, gzip_bomb

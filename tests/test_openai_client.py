@@ -21,14 +21,8 @@ import msgspec
 import pytest
 
 from convstore.adapters import cli
-from convstore.adapters.http.transport import (
-    HTTPStream,
-    ProviderHTTPError,
-    ProviderUnavailable,
-    RetryPolicy,
-    StreamInterrupted,
-    Timeouts,
-)
+from convstore.adapters.http.errors import ProviderHTTPError, ProviderUnavailable, StreamInterrupted
+from convstore.adapters.http.transport import HTTPStream, RetryPolicy, Timeouts
 from convstore.adapters.openai.client import OpenAIClient
 from convstore.adapters.openai.context import RequestContext
 from convstore.adapters.openai.decode import detect_and_decode

@@ -24,10 +24,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Final
 
+from convstore.adapters.http.client import ProviderClient
 from convstore.adapters.http.transport import (
     DEFAULT_MAX_BODY_BYTES,
     HTTPStream,
-    ProviderClient,
     RetryPolicy,
     Timeouts,
 )

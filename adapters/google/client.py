@@ -28,7 +28,8 @@ from contextlib import contextmanager
 from typing import Final
 
 from convstore.adapters.google.config import DEFAULT_BASE_URL, check_base_url, model_path
-from convstore.adapters.http.transport import HTTPStream, ProviderClient
+from convstore.adapters.http.client import ProviderClient
+from convstore.adapters.http.transport import HTTPStream
 
 __all__ = ["API_KEY_VARIABLES", "DEFAULT_BASE_URL", "GeminiClient"]
 

@@ -22,55 +22,41 @@ into either a stream of decoded body bytes or one typed error, and never leak a 
   no error keeps a reference to httpx's request (it holds the headers); URLs in messages
   lose their query string.
 
-Errors (the domain's tree, plus one branch of our own)::
-
-    ConvstoreError
-    ├── ConfigurationError        (domain) an API key variable is not set
-    ├── DecodeError               (domain) a body past max_body_bytes, a corrupt or
-    │                             unsupported content coding
-    └── ProviderError             the provider could not serve the request
-        ├── ProviderUnavailable   no HTTP answer after every attempt (connect error,
-        │                         timeout, connection dropped before the answer's head)
-        ├── ProviderHTTPError     an HTTP error answer, after retries when retryable;
-        │                         carries .status, .body (bytes: record it as data), .headers
-        └── StreamInterrupted     the connection ended mid-body: not raised by
-                                  HTTPStream.iter_bytes (which ends, keeping what arrived,
-                                  and sets HTTPStream.interrupted), raised by read()
+The typed errors are drawn in `errors`; `codings` inflates the body, `client` holds what
+every provider's client shares.
 """
 
 from __future__ import annotations
 
 import email.utils
 import logging
-import os
 import random
 import time
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import ClassVar, Final, Self
+from typing import Final
 
 import httpx
 import msgspec
 
-from convstore.domain.errors import ConfigurationError, ConvstoreError, DecodeError
+from convstore.adapters.http.codings import ACCEPT_ENCODING, content_codings, inflate
+from convstore.adapters.http.errors import (
+    ProviderHTTPError,
+    ProviderUnavailable,
+    StreamInterrupted,
+)
+from convstore.domain.errors import ConfigurationError, DecodeError
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "MAX_ERROR_BODY_BYTES",
     "SECRET_HEADERS",
     "HTTPStream",
-    "ProviderClient",
-    "ProviderError",
-    "ProviderHTTPError",
-    "ProviderUnavailable",
     "RetryPolicy",
-    "StreamInterrupted",
     "Timeouts",
     "Transport",
-    "api_key_from_env",
 ]
 
 DEFAULT_MAX_BODY_BYTES: Final = 256 * 1024 * 1024
@@ -84,59 +70,8 @@ SECRET_HEADERS: Final = frozenset({"x-api-key", "authorization", "x-goog-api-key
 
 REDACTED: Final = "[redacted]"
 
-_PIECE: Final = 64 * 1024
-"""The most one inflate step produces: what bounds memory on a compressed body."""
-
-_GZIP_WBITS: Final = 16 + zlib.MAX_WBITS
-_ACCEPT_ENCODING: Final = "gzip, deflate"
-_IDENTITY: Final = frozenset({"", "identity"})
 
 log = logging.getLogger("convstore.http")
-
-
-# --- errors -----------------------------------------------------------------------------
-
-
-class ProviderError(ConvstoreError):
-    """The provider could not serve the request."""
-
-
-class ProviderUnavailable(ProviderError):
-    """No HTTP answer came after every attempt (connect error, timeout, dropped connection)."""
-
-    def __init__(self, message: str, *, attempts: int) -> None:
-        super().__init__(message)
-        self.attempts = attempts
-
-
-class ProviderHTTPError(ProviderError):
-    """An HTTP error answer; `body` is the provider's error body, to be recorded as data."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        status: int,
-        body: bytes,
-        headers: Mapping[str, str],
-        attempts: int,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.body = body
-        """The decoded error body (API keys scrubbed)."""
-        self.headers = dict(headers)
-        """The answer's headers (never the request's)."""
-        self.attempts = attempts
-
-
-class StreamInterrupted(ProviderError):
-    """The connection ended before the body did; what arrived was handed over."""
-
-    def __init__(self, message: str, *, received: int) -> None:
-        super().__init__(message)
-        self.received = received
-        """Decoded body bytes handed over before the interruption."""
 
 
 # --- settings ---------------------------------------------------------------------------
@@ -219,19 +154,6 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
     return value if 0 <= value < float("inf") else None
 
 
-def api_key_from_env(*names: str) -> str:
-    """The API key in the first of these environment variables that is set and not blank."""
-    for name in names:
-        value = os.environ.get(name, "").strip()
-        if value:
-            return value
-    wanted = " or ".join(names)
-    raise ConfigurationError(
-        f"no API key: set the environment variable {wanted} (keys are read from the "
-        "environment only and never stored)"
-    )
-
-
 # --- secrets ----------------------------------------------------------------------------
 
 
@@ -287,62 +209,6 @@ def _describe(error: httpx.TransportError, timeouts: Timeouts) -> str:
     return f"{what} ({detail})" if detail else what
 
 
-# --- body decoding ----------------------------------------------------------------------
-
-
-def _content_codings(headers: Mapping[str, str]) -> list[str]:
-    """The answer's content codings, in the order they must be undone."""
-    codings = [c.strip().lower() for c in headers.get("content-encoding", "").split(",")]
-    codings = [c for c in codings if c not in _IDENTITY]
-    unsupported = [c for c in codings if c not in ("gzip", "x-gzip", "deflate")]
-    if unsupported:
-        raise DecodeError(
-            f"the answer uses content-encoding {', '.join(unsupported)!s}, which convstore "
-            f"does not decode (it asks for {_ACCEPT_ENCODING} only)"
-        )
-    return list(reversed(codings))
-
-
-def _decompressor(coding: str, first: bytes) -> zlib._Decompress:
-    if coding != "deflate":
-        return zlib.decompressobj(_GZIP_WBITS)
-    # "deflate" means zlib-wrapped (RFC 9110), but some servers send raw deflate.
-    wrapped = len(first) < 2 or (first[0] & 0x0F == 8 and ((first[0] << 8) | first[1]) % 31 == 0)
-    return zlib.decompressobj(zlib.MAX_WBITS if wrapped else -zlib.MAX_WBITS)
-
-
-def _inflate(chunks: Iterable[bytes], coding: str, ended: Callable[[], None]) -> Iterator[bytes]:
-    """Undo one content coding, yielding pieces of at most 64 KiB (bounded memory).
-
-    Calls `ended` when the input stops before the compressed stream's end marker.
-    """
-    inflater: zlib._Decompress | None = None
-    for chunk in chunks:
-        data = chunk
-        while data:
-            if inflater is None:
-                inflater = _decompressor(coding, data)
-            elif inflater.eof:
-                if coding == "deflate":
-                    raise DecodeError("the deflate-encoded body has data after its end")
-                inflater = zlib.decompressobj(_GZIP_WBITS)  # gzip: the next member
-            while True:
-                try:
-                    piece = inflater.decompress(data, _PIECE)
-                except zlib.error as error:
-                    raise DecodeError(f"the {coding}-encoded body is corrupt: {error}") from None
-                if piece:
-                    yield piece
-                if inflater.eof:
-                    data = inflater.unused_data
-                    break
-                data = inflater.unconsumed_tail
-                if not data and len(piece) < _PIECE:
-                    break
-    if inflater is not None and not inflater.eof:
-        ended()
-
-
 class HTTPStream:
     """A successful answer whose body has not been read yet.
 
@@ -362,7 +228,7 @@ class HTTPStream:
         scrubber: _Scrubber,
     ) -> None:
         self._response = response
-        self._codings = _content_codings(response.headers)
+        self._codings = content_codings(response.headers)
         self._max = max_body_bytes
         self._timeouts = timeouts
         self._scrub = scrubber
@@ -388,7 +254,7 @@ class HTTPStream:
         self._started = True
         pieces: Iterable[bytes] = self._raw()
         for coding in self._codings:
-            pieces = _inflate(pieces, coding, self._cut_coding)
+            pieces = inflate(pieces, coding, self._cut_coding)
         for piece in pieces:
             room = self._max - self.received
             if len(piece) > room:
@@ -486,7 +352,7 @@ class Transport:
         error answer), DecodeError (an undecodable error body or content coding).
         """
         scrubber = _Scrubber(headers)
-        sent = {**headers, "accept-encoding": _ACCEPT_ENCODING}
+        sent = {**headers, "accept-encoding": ACCEPT_ENCODING}
         where = _where(url)
         attempt = 0
         while True:
@@ -600,79 +466,3 @@ def _explanation(body: bytes) -> str:
     text = error.get("message")
     parts = [str(part)[:500] for part in (kind, text) if isinstance(part, str | int) and part]
     return " - ".join(parts)
-
-
-# --- the clients' common part ---------------------------------------------------------------
-
-_JSON: Final = {"content-type": "application/json"}
-
-
-class ProviderClient:
-    """What every provider's client shares: the API key (the caller's, else the first of
-    `key_variables` set; never empty), the base URL, the pooled transport, and JSON
-    requests streamed or not. A provider's client names its endpoints and key headers."""
-
-    provider: ClassVar[str]
-    """Names the provider in the transport's messages, e.g. "anthropic"."""
-    title: ClassVar[str]
-    """Names the API for a person, e.g. "Anthropic"."""
-    key_variables: ClassVar[tuple[str, ...]]
-    """The environment variables the key is read from, in order."""
-    default_base_url: ClassVar[str]
-
-    def __init__(
-        self,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        *,
-        timeouts: Timeouts | None = None,
-        retry: RetryPolicy | None = None,
-        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-    ) -> None:
-        url = self.default_base_url if base_url is None else base_url
-        self._check_base_url(url)
-        key = api_key.strip() if api_key is not None else api_key_from_env(*self.key_variables)
-        if not key:
-            raise ConfigurationError(
-                f"the {self.title} API key is empty: set {' or '.join(self.key_variables)}"
-            )
-        self.base_url = url.rstrip("/")
-        self._headers = self._key_headers(key)
-        self._transport = Transport(
-            provider=self.provider, timeouts=timeouts, retry=retry, max_body_bytes=max_body_bytes
-        )
-
-    def _check_base_url(self, url: str) -> None:
-        """Raise ConfigurationError for a base URL requests cannot be built on (by default
-        every URL is taken)."""
-
-    def _key_headers(self, key: str) -> dict[str, str]:
-        """The headers every request carries: the key's, and any the API requires."""
-        raise NotImplementedError
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(base_url={self.base_url!r})"
-
-    def close(self) -> None:
-        """Close the pooled connections."""
-        self._transport.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    @contextmanager
-    def _post_stream(self, url: str, body: bytes) -> Iterator[HTTPStream]:
-        """POST a JSON body asking for server-sent events; the answer as an HTTPStream."""
-        with self._transport.post_stream(
-            url, headers={**self._headers, "accept": "text/event-stream", **_JSON}, body=body
-        ) as stream:
-            yield stream
-
-    def _post(self, url: str, body: bytes) -> bytes:
-        """POST a JSON body asking for JSON; the answer's bytes."""
-        return self._transport.post(
-            url, headers={**self._headers, "accept": "application/json", **_JSON}, body=body
-        )

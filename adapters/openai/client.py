@@ -25,7 +25,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Final
 
-from convstore.adapters.http.transport import HTTPStream, ProviderClient
+from convstore.adapters.http.client import ProviderClient
+from convstore.adapters.http.transport import HTTPStream
 from convstore.adapters.openai.config import DEFAULT_BASE_URL
 from convstore.adapters.wire.bodies import with_stream
 

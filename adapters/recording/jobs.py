@@ -17,7 +17,7 @@ from typing import Final
 import msgspec
 
 from convstore.adapters.config.loading import load_config
-from convstore.adapters.http.transport import ProviderHTTPError
+from convstore.adapters.http.errors import ProviderHTTPError
 from convstore.adapters.wire.providers import PROVIDERS, EncodedRequest, ProviderAdapter, adapter
 from convstore.domain.errors import DecodeError, ResponseConflict
 from convstore.domain.events import Event, ResponseStarted, UserMessage
