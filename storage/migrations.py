@@ -136,13 +136,14 @@ def missing(applied: Sequence[str], known: Sequence[Migration], *, where: str) -
     """
     names = [migration.name for migration in known]
     for position, name in enumerate(applied):
-        if position >= len(names) or names[position] != name:
-            expected = names[position] if position < len(names) else "nothing"
-            raise NewerSchema(
-                f"the store at {where} has migration {name!r} at position {position + 1},"
-                f" which this convstore does not know (it expects {expected}): it was"
-                " written by a newer convstore; upgrade convstore to open it"
-            )
+        if position < len(names) and names[position] == name:
+            continue
+        ours = f" (this version has {names[position]} there)" if position < len(names) else ""
+        raise NewerSchema(
+            f"the store at {where} has migration {name!r} at position {position + 1},"
+            f" which this convstore does not know{ours}: it was written by a newer"
+            " convstore; upgrade convstore to open it"
+        )
     return list(known[len(applied) :])
 
 
