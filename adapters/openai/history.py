@@ -45,8 +45,9 @@ from typing import Any, Final
 import msgspec
 
 from convstore.adapters.openai.context import PROVIDER, RequestContext
+from convstore.adapters.openai.hosted_items import HOSTED_ITEMS
 from convstore.adapters.openai.inputs import INPUT_ITEM, build_input
-from convstore.adapters.openai.items import HOSTED_ITEMS, ItemMapper
+from convstore.adapters.openai.items import ItemMapper
 from convstore.adapters.wire.assembler import AssembledBlock
 from convstore.adapters.wire.providers import MessageDrafts
 from convstore.domain.errors import DecodeError

@@ -1,4 +1,4 @@
-"""Responses API output items → domain drafts: the mapping tables.
+"""Responses API output items → domain drafts: the item mapper.
 
 One `ItemMapper` per response turns each closed output item (streamed and assembled, or
 sliced whole from a response's `output`) into drafts:
@@ -29,16 +29,11 @@ hosted items (`web_search_call`, `file_search_call`, `code_interpreter_call`,
 anything else
     An UnknownArtifact (format `output_item`): kept and replayed to OpenAI, never a crash.
 
-Annotations: `url_citation` → a web source whose `start_index` / `end_index` become the
-range (OpenAI counts code points, as TextRange does: no conversion; `end_index` is
-exclusive, whatever the reference says); `file_citation` and `file_path` → a file source
-with a zero-length range at their `index`: a point, where the citation marker stood
-(recorded traffic has it just before the closing period of the sentence it supports; the
-API reference calls it "the index of the file in the list of files", which that traffic
-contradicts), since OpenAI names no span; `container_file_citation` → a file source (id =
-`file_id`) with its span. A range that does not lie in the text is dropped (the
-annotation itself stays in the payload) and logged, without any of the text. Annotations
-carry no separate replay value: the message payload holds them.
+The tables the mapper reads are in `hosted_items` (hosted tool items), `citations`
+(annotations → sources and ranges) and `cut_items` (a cut item folded back into the native
+item). A range that does not lie in the text is dropped (the annotation itself stays in
+the payload) and logged, without any of the text. Annotations carry no separate replay
+value: the message payload holds them.
 
 Cut items (the stream ended before `output_item.done`) follow the partial-commit table
 of DESIGN.md: a message's parts become AssistantText (an open part with
@@ -56,7 +51,16 @@ from typing import Any, Final
 
 import msgspec
 
+from convstore.adapters.openai.citations import ANNOTATION_SOURCES, span_of, unknown_source
 from convstore.adapters.openai.context import PROVIDER, RequestContext
+from convstore.adapters.openai.cut_items import rebuild
+from convstore.adapters.openai.hosted_items import (
+    ACTIVITY_INPUTS,
+    ACTIVITY_SUMMARIES,
+    HOSTED_ITEMS,
+    terminal_state,
+)
+from convstore.adapters.openai.item_fields import Malformed, as_list, need_str, str_field
 from convstore.adapters.wire.assembler import AssembledBlock
 from convstore.domain.events import (
     AssistantText,
@@ -73,303 +77,15 @@ from convstore.domain.vocabulary import (
     Lifecycle,
     ProviderPayload,
     ResponseId,
-    Source,
     TextRange,
 )
 
-__all__ = [
-    "ACTIVITY_INPUTS",
-    "ACTIVITY_SUMMARIES",
-    "ANNOTATION_SOURCES",
-    "CLIENT_CALLS",
-    "HOSTED_ITEMS",
-    "ItemMapper",
-    "rebuild",
-]
+__all__ = ["CLIENT_CALLS", "ItemMapper"]
 
 log = logging.getLogger("convstore.adapters.openai")
 
-
-class _Malformed(Exception):
-    """A known item type with an unexpected shape: kept as an UnknownArtifact."""
-
-
-def _str(d: Mapping[str, Any], key: str) -> str | None:
-    value = d.get(key)
-    return value if isinstance(value, str) else None
-
-
-def _int(d: Mapping[str, Any], key: str) -> int | None:
-    value = d.get(key)
-    return value if type(value) is int else None
-
-
-def _need_str(d: Mapping[str, Any], key: str) -> str:
-    value = d.get(key)
-    if not isinstance(value, str) or not value:
-        raise _Malformed(key)
-    return value
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
 _encode = msgspec.json.encode
 _decode = msgspec.json.decode
-
-
-# --- cut items: folding the assembled parts back into the native item ------------------------
-
-_DEFAULT_PARTS: Final[Mapping[tuple[str, str], Mapping[str, Any]]] = {
-    ("message", "content"): {"type": "output_text", "text": "", "annotations": []},
-    ("reasoning", "content"): {"type": "reasoning_text", "text": ""},
-    ("reasoning", "summary"): {"type": "summary_text", "text": ""},
-}
-
-
-_LEAVES: Final[Mapping[str, type]] = {
-    "": dict,
-    "text": str,
-    "final": str,
-    "annotations": list,
-    "done": bool,
-}
-"""The path-named fields `wire` assembles, by leaf, with the type each holds."""
-
-
-def rebuild(block: Mapping[str, Any]) -> tuple[dict[str, Any], set[tuple[str, int]]]:
-    """The native item of a cut block, and the (field, position) of each part closed.
-
-    Folds the path-named fields of `wire` (`content/<i>`, `content/<i>/text`, …) into
-    the item's `content` / `summary` lists; an open part gets its text so far.
-    """
-    item: dict[str, Any] = {}
-    groups: dict[str, dict[int, dict[str, Any]]] = {}
-    for key, value in block.items():
-        name, slash, rest = key.partition("/")
-        digits, _, leaf = rest.partition("/")
-        expected = _LEAVES.get(leaf)
-        if not slash or not digits.isdigit() or expected is None or not isinstance(value, expected):
-            item[key] = value  # an item field (even one that looks like a path)
-            continue
-        groups.setdefault(name, {}).setdefault(int(digits), {})[leaf] = value
-    closed: set[tuple[str, int]] = set()
-    kind = item.get("type")
-    for name, parts in groups.items():
-        listed = item.get(name)
-        result = list(listed) if isinstance(listed, list) else []
-        for index in sorted(parts):
-            pieces = parts[index]
-            start = pieces.get("")
-            if not isinstance(start, dict):
-                start = result[index] if index < len(result) else None
-            if not isinstance(start, dict):
-                refusal = name == "content" and kind == "message" and "refusal" in pieces
-                default = _DEFAULT_PARTS.get((str(kind), name), {"type": "text", "text": ""})
-                start = {"type": "refusal", "refusal": ""} if refusal else default
-            part = dict(start)
-            position = index if index < len(result) else len(result)
-            if pieces.get("done") is True:
-                closed.add((name, position))
-            else:
-                text_key = "refusal" if part.get("type") == "refusal" else "text"
-                final = pieces.get("final")
-                before = part.get(text_key)
-                if isinstance(final, str):
-                    part[text_key] = final
-                elif "text" in pieces:
-                    part[text_key] = (before if isinstance(before, str) else "") + pieces["text"]
-                added = pieces.get("annotations")
-                if isinstance(added, list):
-                    part["annotations"] = [*_list(part.get("annotations")), *added]
-            if position < len(result):
-                result[position] = part
-            else:
-                result.append(part)
-        item[name] = result
-    return item, closed
-
-
-# --- annotations -------------------------------------------------------------------------------
-
-
-def _span(a: Mapping[str, Any]) -> tuple[int, int] | None:
-    start, end = _int(a, "start_index"), _int(a, "end_index")
-    return None if start is None or end is None else (start, end)
-
-
-def _point(a: Mapping[str, Any]) -> tuple[int, int] | None:
-    index = _int(a, "index")
-    return None if index is None else (index, index)
-
-
-def _web_source(a: Mapping[str, Any]) -> Source:
-    return Source(kind="web", url=_str(a, "url"), title=_str(a, "title"))
-
-
-def _file_source(a: Mapping[str, Any]) -> Source:
-    return Source(kind="file", id=_str(a, "file_id"), title=_str(a, "filename"))
-
-
-ANNOTATION_SOURCES: Final[
-    Mapping[
-        str,
-        tuple[
-            Callable[[Mapping[str, Any]], Source],
-            Callable[[Mapping[str, Any]], tuple[int, int] | None],
-        ],
-    ]
-] = {
-    "url_citation": (_web_source, _span),
-    "file_citation": (_file_source, _point),
-    "container_file_citation": (_file_source, _span),
-    "file_path": (_file_source, _point),
-}
-"""Annotation type → (the Source it points at, its span in the text). An unknown type
-becomes a `document` source with any url, title and span it has."""
-
-
-def _unknown_source(a: Mapping[str, Any]) -> Source:
-    return Source(
-        kind="document", url=_str(a, "url"), title=_str(a, "title"), id=_str(a, "file_id")
-    )
-
-
-# --- hosted activity: inputs, summaries, states ----------------------------------------------
-
-
-def _web_search_input(item: Mapping[str, Any]) -> dict[str, Any]:
-    action = item.get("action")
-    if not isinstance(action, dict):
-        return {}
-    kind = action.get("type")
-    keys = {"search": ("query", "queries"), "open_page": ("url",), "find": ("url", "pattern")}
-    wanted = keys.get(kind) if isinstance(kind, str) else None
-    if wanted is None:
-        return {k: v for k, v in action.items() if k != "sources"}
-    return {k: action[k] for k in wanted if action.get(k) is not None}
-
-
-def _web_search_summary(item: Mapping[str, Any]) -> str:
-    action = item.get("action")
-    if not isinstance(action, dict):
-        return "done"
-    kind = action.get("type")
-    if kind == "open_page":
-        return f"opened {_str(action, 'url') or 'a page'}"
-    if kind == "find":
-        return f'found "{_str(action, "pattern") or ""}" in {_str(action, "url") or "a page"}'
-    query = _str(action, "query")
-    queries = [q for q in _list(action.get("queries")) if isinstance(q, str)]
-    shown = ", ".join(f'"{q}"' for q in (queries or ([query] if query else [])))
-    summary = f"searched {shown}" if shown else "searched"
-    sources = action.get("sources")
-    return f"{summary} ({_count(len(sources), 'source')})" if isinstance(sources, list) else summary
-
-
-def _file_search_summary(item: Mapping[str, Any]) -> str:
-    results = item.get("results")
-    return _count(len(results), "result") if isinstance(results, list) else "done"
-
-
-def _code_summary(item: Mapping[str, Any]) -> str:
-    outputs = item.get("outputs")
-    if not isinstance(outputs, list):
-        return "done"
-    kinds = [o.get("type") for o in outputs if isinstance(o, dict)]
-    shown = [
-        _count(kinds.count(kind), noun)
-        for kind, noun in (("logs", "log"), ("image", "image"))
-        if kind in kinds
-    ]
-    return ", ".join(shown) or "no output"
-
-
-def _tools_listed(item: Mapping[str, Any]) -> str:
-    tools = item.get("tools")
-    return _count(len(tools), "tool") if isinstance(tools, list) else "done"
-
-
-def _arguments(item: Mapping[str, Any]) -> dict[str, Any]:
-    text = item.get("arguments")
-    if not isinstance(text, str):
-        return {}
-    try:
-        value = _decode(text)
-    except (msgspec.DecodeError, RecursionError):
-        return {"arguments": text}
-    return value if isinstance(value, dict) else {"arguments": text}
-
-
-def _kept(key: str, name: str, kind: type) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
-    """The input `{name: item[key]}` when the item has one of type `kind`, else `{}`."""
-
-    def normalized(item: Mapping[str, Any]) -> dict[str, Any]:
-        value = item.get(key)
-        return {name: value} if isinstance(value, kind) else {}
-
-    return normalized
-
-
-ACTIVITY_INPUTS: Final[Mapping[str, Callable[[Mapping[str, Any]], dict[str, Any]]]] = {
-    "web_search_call": _web_search_input,
-    "file_search_call": _kept("queries", "queries", list),
-    "code_interpreter_call": _kept("code", "code", str),
-    "image_generation_call": _kept("revised_prompt", "prompt", str),
-    "mcp_call": _arguments,
-    "mcp_list_tools": _kept("server_label", "server_label", str),
-}
-"""Hosted item type → its normalized input."""
-
-ACTIVITY_SUMMARIES: Final[Mapping[str, Callable[[Mapping[str, Any]], str]]] = {
-    "web_search_call": _web_search_summary,
-    "file_search_call": _file_search_summary,
-    "code_interpreter_call": _code_summary,
-    "image_generation_call": lambda i: "1 image" if isinstance(i.get("result"), str) else "done",
-    "mcp_call": lambda i: "done",
-    "mcp_list_tools": _tools_listed,
-}
-"""Hosted item type → the summary of a successful run."""
-
-
-def _mcp_name(item: Mapping[str, Any]) -> str:
-    return f"mcp:{_str(item, 'server_label') or ''}/{_need_str(item, 'name')}"
-
-
-HOSTED_ITEMS: Final[Mapping[str, Callable[[Mapping[str, Any]], str]]] = {
-    "web_search_call": lambda i: "web_search",
-    "file_search_call": lambda i: "file_search",
-    "code_interpreter_call": lambda i: "code_interpreter",
-    "image_generation_call": lambda i: "image_generation",
-    "mcp_call": _mcp_name,
-    "mcp_list_tools": lambda i: f"mcp:{_str(i, 'server_label') or ''}/tools/list",
-}
-"""Hosted item type → the activity name (`mcp:<server>/<tool>` as for Anthropic)."""
-
-_TERMINAL: Final[Mapping[str, Lifecycle]] = {
-    "completed": "completed",
-    "failed": "failed",
-    "incomplete": "failed",
-}
-
-
-def _terminal_state(item: Mapping[str, Any]) -> tuple[Lifecycle, str] | None:
-    """(state, summary-if-failed) from the item's status; None while it still runs."""
-    status = item.get("status")
-    error = item.get("error")
-    if status is None or status == "completed":
-        if error not in (None, "", {}):
-            message = error if isinstance(error, str) else "error"
-            return "failed", message if len(message) <= 80 else "error"
-        return "completed", ""
-    if isinstance(status, str) and status in _TERMINAL:
-        return _TERMINAL[status], status
-    return None
 
 
 def _client_fields(item: Mapping[str, Any]) -> dict[str, Any]:
@@ -383,7 +99,7 @@ CLIENT_CALLS: Final[
     "local_shell_call": (lambda i: "local_shell", _client_fields),
     "shell_call": (lambda i: "shell", _client_fields),
     "apply_patch_call": (lambda i: "apply_patch", _client_fields),
-    "custom_tool_call": (lambda i: _need_str(i, "name"), lambda i: {"input": i.get("input")}),
+    "custom_tool_call": (lambda i: need_str(i, "name"), lambda i: {"input": i.get("input")}),
 }
 """Typed client tool call item → (its tool name, its arguments). `function_call` parses its
 JSON `arguments` instead."""
@@ -426,7 +142,7 @@ class ItemMapper:
         try:
             if handler is not None:
                 return handler(self, assembled, closed)
-        except _Malformed:
+        except Malformed:
             pass
         return [self.unknown(assembled)]
 
@@ -460,7 +176,7 @@ class ItemMapper:
         item = assembled.block
         content = item.get("content")
         if not isinstance(content, list):
-            raise _Malformed("content")
+            raise Malformed("content")
         payload = self.payload(assembled, bound=True)
         out: list[Event] = []
         for position, part in enumerate(content):
@@ -470,7 +186,7 @@ class ItemMapper:
             if kind == "output_text":
                 text = part.get("text")
                 if not isinstance(text, str):
-                    raise _Malformed("text")
+                    raise Malformed("text")
                 attributions = self._attributions(part.get("annotations"), text, item)
                 out.append(
                     AssistantText(
@@ -486,7 +202,7 @@ class ItemMapper:
             elif kind == "refusal":
                 refusal = part.get("refusal")
                 if not isinstance(refusal, str):
-                    raise _Malformed("refusal")
+                    raise Malformed("refusal")
                 self.refused = True
                 out.append(
                     AssistantText(response_id=self.response_id, text=refusal, payload=payload)
@@ -497,12 +213,12 @@ class ItemMapper:
         self, annotations: Any, text: str, item: Mapping[str, Any]
     ) -> tuple[Attribution, ...]:
         out: list[Attribution] = []
-        for annotation in _list(annotations):
+        for annotation in as_list(annotations):
             if not isinstance(annotation, dict):
                 continue
             kind = annotation.get("type")
             known = ANNOTATION_SOURCES.get(kind) if isinstance(kind, str) else None
-            to_source, to_span = known if known is not None else (_unknown_source, _span)
+            to_source, to_span = known if known is not None else (unknown_source, span_of)
             span = to_span(annotation)
             text_range = None
             if span is not None:
@@ -515,7 +231,7 @@ class ItemMapper:
                         "response %s, item %s: %s range [%d, %d) does not lie in its text "
                         "of %d code points; dropped (the annotation stays in the payload)",
                         self.response_id,
-                        _str(item, "id"),
+                        str_field(item, "id"),
                         kind,
                         start,
                         end,
@@ -528,7 +244,7 @@ class ItemMapper:
         item = assembled.block
         summary, content = item.get("summary"), item.get("content")
         if not isinstance(summary, list | None) or not isinstance(content, list | None):
-            raise _Malformed("reasoning")
+            raise Malformed("reasoning")
         pieces = [
             part["text"]
             for part in [*(summary or ()), *(content or ())]
@@ -552,10 +268,10 @@ class ItemMapper:
         self, assembled: AssembledBlock, closed: set[tuple[str, int]]
     ) -> list[Event]:
         item = assembled.block
-        call_id, name = _need_str(item, "call_id"), _need_str(item, "name")
+        call_id, name = need_str(item, "call_id"), need_str(item, "name")
         text = item.get("arguments")
         if not isinstance(text, str):
-            raise _Malformed("arguments")
+            raise Malformed("arguments")
         if not assembled.complete or item.get("status") == "incomplete":
             return [self._partial(assembled)]  # never a ToolCallRequested for a cut call
         try:
@@ -563,13 +279,13 @@ class ItemMapper:
         except (msgspec.DecodeError, RecursionError):
             return [self._partial(assembled)]
         if not isinstance(arguments, dict):
-            raise _Malformed("arguments")
+            raise Malformed("arguments")
         return [self._requested(assembled, call_id, name, arguments)]
 
     def _client_call(self, assembled: AssembledBlock, closed: set[tuple[str, int]]) -> list[Event]:
         item = assembled.block
         to_name, to_arguments = CLIENT_CALLS[item["type"]]
-        call_id, name = _need_str(item, "call_id"), to_name(item)
+        call_id, name = need_str(item, "call_id"), to_name(item)
         if not assembled.complete or item.get("status") == "incomplete":
             return [self._partial(assembled)]
         return [self._requested(assembled, call_id, name, to_arguments(item))]
@@ -578,7 +294,7 @@ class ItemMapper:
         self, assembled: AssembledBlock, call_id: str, name: str, arguments: dict[str, Any]
     ) -> ToolCallRequested:
         if call_id in self._calls:
-            raise _Malformed("a second call with this id")
+            raise Malformed("a second call with this id")
         self._calls.add(call_id)
         self.client_calls += 1
         return ToolCallRequested(
@@ -598,14 +314,14 @@ class ItemMapper:
     def _hosted(self, assembled: AssembledBlock, closed: set[tuple[str, int]]) -> list[Event]:
         item = assembled.block
         kind = item["type"]
-        activity_id = _need_str(item, "id")
+        activity_id = need_str(item, "id")
         name = HOSTED_ITEMS[kind](item)
         if activity_id in self._activities:
-            raise _Malformed("a second item with this id")
+            raise Malformed("a second item with this id")
         self._activities.add(activity_id)
         normalized = ACTIVITY_INPUTS[kind](item)
         payload = self.payload(assembled, version=self.context.version_of(name), bound=True)
-        ended = _terminal_state(item) if assembled.complete else None
+        ended = terminal_state(item) if assembled.complete else None
         if ended is None:
             # Cut, or reported still running: recorded started, the item kept with it.
             return [
