@@ -77,13 +77,9 @@ from convstore.adapters.anthropic.messages import (
     build_messages,
 )
 from convstore.adapters.anthropic.settings import ResolvedSettings
-from convstore.adapters.wire.encoding import (
-    ENCODER,
-)
+from convstore.adapters.wire.encoding import ENCODER
 from convstore.adapters.wire.providers import Loss
-from convstore.domain.events import (
-    Event,
-)
+from convstore.domain.events import Event
 
 __all__ = ["EncodedRequest", "encode_request", "encode_request_bytes"]
 

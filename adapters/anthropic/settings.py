@@ -33,9 +33,7 @@ from convstore.adapters.wire.encoding import (
     target_model,
 )
 from convstore.adapters.wire.providers import DeclaredTool, Loss
-from convstore.domain.events import (
-    HostedActivity,
-)
+from convstore.domain.events import HostedActivity
 
 DEFAULT_MAX_TOKENS: Final = 4096
 """`max_tokens` when neither the configuration nor the recorded request gives one."""

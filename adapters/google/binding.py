@@ -12,12 +12,8 @@ import hashlib
 import re
 from typing import Final
 
-from convstore.adapters.google.config import (
-    normalized_model,
-)
-from convstore.adapters.wire.encoding import (
-    mismatched_binding,
-)
+from convstore.adapters.google.config import normalized_model
+from convstore.adapters.wire.encoding import mismatched_binding
 from convstore.domain.vocabulary import ProviderPayload
 
 SKIP_SIGNATURE: Final = "skip_thought_signature_validator"

@@ -18,9 +18,7 @@ from convstore.adapters.google.binding import (
     binding_mismatch,
     function_name,
 )
-from convstore.adapters.google.config import (
-    model_generation,
-)
+from convstore.adapters.google.config import model_generation
 from convstore.adapters.google.context import PROVIDER
 from convstore.adapters.google.request_parts import (
     call_of,

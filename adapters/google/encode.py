@@ -87,13 +87,9 @@ from convstore.adapters.google.contents import (
     build_contents,
 )
 from convstore.adapters.google.settings import ResolvedSettings
-from convstore.adapters.wire.encoding import (
-    ENCODER,
-)
+from convstore.adapters.wire.encoding import ENCODER
 from convstore.adapters.wire.providers import Loss
-from convstore.domain.events import (
-    Event,
-)
+from convstore.domain.events import Event
 
 __all__ = ["EncodedRequest", "encode_request"]
 

@@ -13,9 +13,7 @@ from typing import Any, Final
 
 import msgspec
 
-from convstore.adapters.google.binding import (
-    function_name,
-)
+from convstore.adapters.google.binding import function_name
 from convstore.adapters.google.config import (
     NATIVE_TOOLS,
     GoogleConfig,
@@ -24,9 +22,7 @@ from convstore.adapters.google.config import (
     validate_hosted_tools,
     validate_thinking,
 )
-from convstore.adapters.google.contents import (
-    ContentScan,
-)
+from convstore.adapters.google.contents import ContentScan
 from convstore.adapters.google.context import HOSTED_TOOLS, PROVIDER, camel
 from convstore.adapters.wire.encoding import (
     ANY_JSON,

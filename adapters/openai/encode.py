@@ -87,9 +87,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from convstore.adapters.openai.binding import (
-    ResponseScan,
-)
+from convstore.adapters.openai.binding import ResponseScan
 from convstore.adapters.openai.config import (
     OpenAIConfig,
     validate_hosted_tools,
@@ -98,16 +96,10 @@ from convstore.adapters.openai.inputs import (
     build_input,
     user_item,
 )
-from convstore.adapters.openai.settings import (
-    ResolvedSettings,
-)
-from convstore.adapters.wire.encoding import (
-    ENCODER,
-)
+from convstore.adapters.openai.settings import ResolvedSettings
+from convstore.adapters.wire.encoding import ENCODER
 from convstore.adapters.wire.providers import Loss
-from convstore.domain.events import (
-    Event,
-)
+from convstore.domain.events import Event
 
 __all__ = ["EncodedRequest", "encode_request", "encode_request_bytes"]
 

@@ -14,9 +14,7 @@ from typing import Any, Final
 
 import msgspec
 
-from convstore.adapters.openai.binding import (
-    ResponseScan,
-)
+from convstore.adapters.openai.binding import ResponseScan
 from convstore.adapters.openai.config import (
     NATIVE_TOOL_TYPES,
     NON_REASONING_FAMILIES,
@@ -25,9 +23,7 @@ from convstore.adapters.openai.config import (
     model_family,
 )
 from convstore.adapters.openai.context import CLIENT_TOOL_NAMES, PROVIDER, hosted_name_of
-from convstore.adapters.openai.inputs import (
-    function_name,
-)
+from convstore.adapters.openai.inputs import function_name
 from convstore.adapters.wire.encoding import (
     ANY_JSON,
     NO_SETTINGS,
@@ -41,9 +37,7 @@ from convstore.adapters.wire.encoding import (
     target_model,
 )
 from convstore.adapters.wire.providers import DeclaredTool, Loss
-from convstore.domain.events import (
-    HostedActivity,
-)
+from convstore.domain.events import HostedActivity
 
 ENCRYPTED_REASONING: Final = "reasoning.encrypted_content"
 
