@@ -128,6 +128,14 @@ POSTGRES_TABLE: Final = (
 )
 
 
+def held(recorded: Sequence[str] | None, *, has_events: bool) -> list[str]:
+    """What a store holds: the names its `migrations` table records (`recorded`), or for a
+    store without that table, `LEGACY` when it has the events table and nothing else."""
+    if recorded is not None:
+        return list(recorded)
+    return list(LEGACY) if has_events else []
+
+
 def missing(applied: Sequence[str], known: Sequence[Migration], *, where: str) -> list[Migration]:
     """The migrations of `known` a store that applied `applied` lacks, in order.
 

@@ -121,10 +121,9 @@ class PostgresRecorder(ConversationRecorder):
         ).format(s=s, append=sql.Identifier(_APPEND))
         if read_only:
             with self._using() as connection:
-                recorded = self._recorded(connection)
-                if recorded is None:
-                    legacy = self._has_table(connection, "events")
-                    recorded = list(migrations.LEGACY) if legacy else []
+                recorded = migrations.held(
+                    self._recorded(connection), has_events=self._has_table(connection, "events")
+                )
             migrations.check_readable(recorded, known, where=self._where())
         else:
             self.migrated = self._migrate(known)

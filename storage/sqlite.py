@@ -49,23 +49,19 @@ PAGE_SIZE = 8192
 unused at the end of each page: 15 % of a 4 KiB page, 7 % of an 8 KiB one."""
 
 
-def _recorded(connection: sqlite3.Connection | sqlite3.Cursor) -> list[str] | None:
-    """The names the `migrations` table records in order; None when there is no table."""
-    exists = connection.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'migrations'"
-    ).fetchone()
-    if exists is None:
-        return None
-    return [
-        str(row[0]) for row in connection.execute("SELECT name FROM migrations ORDER BY position")
-    ]
-
-
-def _has_events(connection: sqlite3.Connection) -> bool:
+def _has_table(connection: sqlite3.Connection | sqlite3.Cursor, table: str) -> bool:
     row = connection.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'events'"
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
     ).fetchone()
     return row is not None
+
+
+def _recorded(connection: sqlite3.Connection | sqlite3.Cursor) -> list[str] | None:
+    """The names the `migrations` table records in order; None when there is no table."""
+    if not _has_table(connection, "migrations"):
+        return None
+    rows = connection.execute("SELECT name FROM migrations ORDER BY position")
+    return [str(row[0]) for row in rows]
 
 
 def _read_only_uri(path: str) -> str:
@@ -111,10 +107,10 @@ class SQLiteRecorder(ConversationRecorder):
                 raise MigrationRequired(f"there is no convstore store at {self.path}")
             with translating():
                 connection = self._connection()
-                recorded = _recorded(connection)
-                if recorded is None:
-                    recorded = list(migrations.LEGACY) if _has_events(connection) else []
-                migrations.check_readable(recorded, known, where=self.path)
+                holds = migrations.held(
+                    _recorded(connection), has_events=_has_table(connection, "events")
+                )
+                migrations.check_readable(holds, known, where=self.path)
             return
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -148,7 +144,7 @@ class SQLiteRecorder(ConversationRecorder):
         """The migrations the store records, in order (none for a store made before them)."""
         with translating():
             connection = self._connection()
-            if _recorded(connection) is None:
+            if not _has_table(connection, "migrations"):
                 return []
             rows = connection.execute(
                 "SELECT position, name, applied_at FROM migrations ORDER BY position"
