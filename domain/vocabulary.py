@@ -7,7 +7,7 @@ Every value is a frozen `msgspec.Struct`; new fields get defaults and types neve
 from __future__ import annotations
 
 import weakref
-from typing import Any, Final, Literal, NewType
+from typing import Any, Final, Literal, NewType, TypeAlias
 from uuid import UUID
 
 import msgspec
@@ -194,6 +194,8 @@ class Attribution(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     """Text quoted from the source; never stands in for `range`."""
     range: TextRange | None = None
     """The cited span of the event's text, where the provider gives one."""
+    unplaced: str = ""
+    """Why the provider's offsets were not kept as `range` (they do not fit the text)."""
     replay: ProviderPayload | None = None
     """The provider's opaque replay value (e.g. Anthropic's `encrypted_index`)."""
 
@@ -244,6 +246,43 @@ class ErrorInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     message: str = ""
     status: int | None = None
     """The HTTP status, when the error came as an HTTP error body."""
+
+
+NoticeKind: TypeAlias = Literal[
+    "refusal",
+    "safety",
+    "blocked",
+    "incomplete",
+    "error",
+    "finish_message",
+    "screening",
+    "container",
+    "context_management",
+]
+"""What a notice is about: a refusal, a safety rating, a blocked prompt, why an answer is
+incomplete, the error of a failed response, the provider's finish message, a screening
+result (e.g. Model Armor), the container the work ran in, context management applied."""
+
+
+class Notice(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Something a provider said about a response besides its content, as typed fields."""
+
+    kind: NoticeKind
+    code: str = ""
+    """The provider's category, reason or id, verbatim (`cyber`, `SAFETY`, `max_output_tokens`)."""
+    message: str = ""
+    """The provider's own words for a person, if any."""
+    details: dict[str, str] = {}
+    """Further named values as the provider gave them (a probability, an expiry time)."""
+
+
+class PayloadReading(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """What a provider's adapter reads out of one of its payloads for the portable reading."""
+
+    notices: tuple[Notice, ...] = ()
+    """Notices about the response the payload came in."""
+    sources: tuple[Source, ...] = ()
+    """Sources a hosted activity consulted beyond those cited (OpenAI's `action.sources`)."""
 
 
 class Writer(msgspec.Struct, frozen=True, kw_only=True):

@@ -52,7 +52,11 @@ from convstore.domain.vocabulary import (
     EndState,
     FinishReason,
     Lifecycle,
+    NoticeKind,
+    PayloadReading,
+    ProviderPayload,
     ResponseOrigin,
+    Source,
     SourceKind,
     TurnTrigger,
 )
@@ -112,6 +116,8 @@ class Citation(msgspec.Struct, frozen=True, kw_only=True):
     """Text quoted from the source."""
     range: Span | None = None
     """The cited span of the text item's `text`, where the provider gives one."""
+    unplaced: str = ""
+    """Why the provider's offsets were not kept as `range`: they did not fit the text."""
 
 
 # --- items --------------------------------------------------------------------------------
@@ -183,6 +189,20 @@ class ErrorDetail(msgspec.Struct, kw_only=True):
     """The HTTP status, when the error came as an HTTP error body."""
 
 
+class NoticeInfo(msgspec.Struct, kw_only=True):
+    """Something the provider said about a response besides its content."""
+
+    kind: NoticeKind
+    """`refusal`, `safety`, `blocked`, `incomplete`, `error`, `finish_message`,
+    `screening`, `container` or `context_management`."""
+    code: str = ""
+    """The provider's category, reason or id, verbatim."""
+    message: str = ""
+    """The provider's own words for a person."""
+    details: dict[str, str] = {}
+    """Further named values as the provider gave them."""
+
+
 class ResponseItem(Item, kw_only=True, tag="response"):
     """One provider response: where it started, and how it ended."""
 
@@ -208,6 +228,9 @@ class ResponseItem(Item, kw_only=True, tag="response"):
     """What the response spent."""
     error: ErrorDetail | None = None
     """The provider's error, for a response that failed."""
+    notices: list[NoticeInfo] = []
+    """What the provider said about it besides its content: refusal details, safety
+    ratings, why it is incomplete, its container, …"""
     end_version: int | None = None
     """The version of the event that ended it."""
 
@@ -301,6 +324,8 @@ class ActivityItem(Item, kw_only=True, tag="activity"):
     """The last summary reported, e.g. `3 results`."""
     display: DisplayObligation | None = None
     """A display obligation that came with it."""
+    sources: list[CitedSource] = []
+    """Sources it consulted, as the provider listed them (cited or not)."""
     transitions: list[Transition] = []
     """Every recorded step, in order."""
 
@@ -377,9 +402,15 @@ DECODER: Final = msgspec.json.Decoder(PortableConversation)
 # --- the fold -----------------------------------------------------------------------------
 
 
-def fold(events: Iterable[Event]) -> PortableConversation:
-    """The portable reading of one conversation's events, in version order."""
-    reader = PortableFold()
+Interpret: TypeAlias = Callable[[ProviderPayload], PayloadReading | None]
+"""Reads a provider's payload into notices and sources (the provider adapters'
+`read_payload`); None leaves the payload unread."""
+
+
+def fold(events: Iterable[Event], interpret: Interpret | None = None) -> PortableConversation:
+    """The portable reading of one conversation's events, in version order; `interpret`
+    reads what the provider's adapter types out of payloads (notices, sources)."""
+    reader = PortableFold(interpret)
     for event in events:
         reader.add(event)
     return reader.conversation
@@ -388,8 +419,9 @@ def fold(events: Iterable[Event]) -> PortableConversation:
 class PortableFold:
     """The fold's state: the reading so far, and where folded items live by id."""
 
-    def __init__(self) -> None:
+    def __init__(self, interpret: Interpret | None = None) -> None:
         self.conversation = PortableConversation(id=UUID(int=0))
+        self._interpret = interpret
         self._turn: Turn | None = None
         self._turns: dict[str, Turn] = {}
         self._responses: dict[str, ResponseItem] = {}
@@ -561,9 +593,33 @@ class PortableFold:
         item.transitions.append(
             Transition(version=version, state=event.state, response_id=event.response_id)
         )
+        reading = self._read(event.payload)
+        if reading is not None:
+            known = {source.url for source in item.sources}
+            item.sources.extend(
+                _cited_source(source) for source in reading.sources if source.url not in known
+            )
+
+    def _read(self, payload: ProviderPayload | None) -> PayloadReading | None:
+        if payload is None or self._interpret is None:
+            return None
+        return self._interpret(payload)
 
     def _unknown(self, event: UnknownArtifact) -> None:
         version, payload = event.originator_version, event.payload
+        response = self._responses.get(event.response_id or "")
+        reading = self._read(payload)
+        if reading is not None and response is not None:  # a kind now typed: its fields
+            response.notices.extend(
+                NoticeInfo(
+                    kind=notice.kind,
+                    code=notice.code,
+                    message=notice.message,
+                    details=dict(notice.details),
+                )
+                for notice in reading.notices
+            )
+            return
         item = UnknownItem(
             version=version,
             response_id=event.response_id,
@@ -574,26 +630,31 @@ class PortableFold:
         self._items(version).append(item)
 
 
-def _citation(attribution: Attribution) -> Citation:
-    source, span = attribution.source, attribution.range
+def _cited_source(source: Source) -> CitedSource:
     location = source.location
-    return Citation(
-        source=CitedSource(
-            kind=source.kind,
-            url=source.url,
-            title=source.title,
-            id=source.id,
-            location=None
-            if location is None
-            else CitedLocation(
-                unit=location.unit,
-                start=location.start,
-                end=location.end,
-                document_index=location.document_index,
-            ),
+    return CitedSource(
+        kind=source.kind,
+        url=source.url,
+        title=source.title,
+        id=source.id,
+        location=None
+        if location is None
+        else CitedLocation(
+            unit=location.unit,
+            start=location.start,
+            end=location.end,
+            document_index=location.document_index,
         ),
+    )
+
+
+def _citation(attribution: Attribution) -> Citation:
+    span = attribution.range
+    return Citation(
+        source=_cited_source(attribution.source),
         excerpt=attribution.excerpt,
         range=None if span is None else Span(start=span.start, end=span.end),
+        unplaced=attribution.unplaced,
     )
 
 
@@ -617,9 +678,13 @@ _FOLDS: Final[dict[type[Event], Callable[[PortableFold, Any], None]]] = {
 # --- reading from the store ---------------------------------------------------------------
 
 
-def load(service: ConversationService, conversation_id: ConversationId) -> PortableConversation:
+def load(
+    service: ConversationService,
+    conversation_id: ConversationId,
+    interpret: Interpret | None = None,
+) -> PortableConversation:
     """The portable reading of one stored conversation; raises ConversationNotFound."""
-    reader = PortableFold()
+    reader = PortableFold(interpret)
     for event in service.events(conversation_id):
         reader.add(event)
     if reader.conversation.version == 0:
@@ -627,7 +692,9 @@ def load(service: ConversationService, conversation_id: ConversationId) -> Porta
     return reader.conversation
 
 
-def load_all(service: ConversationService, *, page: int = 100) -> Iterator[PortableConversation]:
+def load_all(
+    service: ConversationService, *, page: int = 100, interpret: Interpret | None = None
+) -> Iterator[PortableConversation]:
     """Every stored conversation's reading, oldest first, one at a time (memory stays flat).
 
     Pages by position; conversations started meanwhile come last, so none is skipped.
@@ -636,7 +703,7 @@ def load_all(service: ConversationService, *, page: int = 100) -> Iterator[Porta
     while True:
         summaries = service.list(offset=offset, limit=page)
         for summary in summaries:
-            yield load(service, summary.id)
+            yield load(service, summary.id, interpret)
         if len(summaries) < page:
             return
         offset += len(summaries)

@@ -83,13 +83,14 @@ def _export_arguments(parser: argparse.ArgumentParser) -> None:
 def export_command(args: argparse.Namespace, session: Session) -> int:
     """Without `-o`, the export itself on stdout (inert); with it, files written only inside
     the chosen folder (one per conversation for --all), and `--json` prints a summary."""
+    from convstore.adapters.wire.providers import read_payload
     from convstore.projections import export, portable
 
     if args.json and args.output is None:
         raise ConfigurationError("--json summarizes the files written: use it with -o PATH")
     service = session.service
     if args.id is not None:
-        conversation = portable.load(service, parse_conversation_id(args.id))
+        conversation = portable.load(service, parse_conversation_id(args.id), read_payload)
         if args.output is None:
             for chunk in export.render(conversation, args.format):
                 session.out.write(chunk)
@@ -107,7 +108,7 @@ def export_command(args: argparse.Namespace, session: Session) -> int:
                 shown = time.monotonic()
                 session.err.line(f"export: conversations {done}/{len(ids)}")
 
-        loaded = (portable.load(service, conversation) for conversation in ids)
+        loaded = (portable.load(service, conversation, read_payload) for conversation in ids)
         try:
             if args.output is None:
                 for done, conversation in enumerate(loaded, 1):

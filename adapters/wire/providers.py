@@ -18,7 +18,7 @@ import msgspec
 
 from convstore.domain.errors import ConfigurationError
 from convstore.domain.events import Event
-from convstore.domain.vocabulary import ProviderPayload
+from convstore.domain.vocabulary import PayloadReading, ProviderPayload
 
 
 class Loss(msgspec.Struct, frozen=True, kw_only=True):
@@ -103,6 +103,9 @@ Encode = Callable[[Sequence[Event], Mapping[str, Any], str | None, str | None], 
 """(events, configuration, model, next user text) → the request continuing them."""
 Send = Callable[[EncodedRequest, Mapping[str, Any]], AbstractContextManager[Iterable[bytes]]]
 """(request, configuration) → the streamed response body; raises ProviderHTTPError."""
+Interpret = Callable[[ProviderPayload], PayloadReading | None]
+"""(one of the provider's payloads) → its notices and sources; None for a kind it does not
+type. Never raises: a value it cannot read is None."""
 
 
 C_contra = TypeVar("C_contra", contravariant=True)
@@ -172,6 +175,8 @@ class ProviderAdapter:
     history: History | None = None
     encode: Encode | None = None
     send: Send | None = None
+    interpret: Interpret | None = None
+    """Reads the provider's own payloads for the portable reading (see `read_payload`)."""
 
     def need_history(self) -> History:
         """`history`, or a clear error where this provider has none yet."""
@@ -194,6 +199,18 @@ class ProviderAdapter:
 
 PROVIDERS: tuple[str, ...] = ("anthropic", "openai", "google")
 """Every provider name the commands accept."""
+
+
+def read_payload(payload: ProviderPayload) -> PayloadReading | None:
+    """What the adapter of `payload`'s provider reads out of it: its notices and sources.
+
+    None when no adapter knows the payload's kind, so it stays an unknown artifact. Only
+    the originating provider's adapter interprets a value; a store is never rewritten,
+    so artifacts stored as unknown before a kind was typed are read this way too."""
+    if payload.provider not in PROVIDERS:
+        return None
+    interpret = adapter(payload.provider).interpret
+    return None if interpret is None else interpret(payload)
 
 
 def adapter(name: str) -> ProviderAdapter:
