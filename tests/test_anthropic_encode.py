@@ -34,7 +34,6 @@ from convstore.adapters.anthropic.history import (
     request_model,
     request_settings,
 )
-from convstore.adapters.anthropic.messages import binding_mismatch, same_model
 from convstore.adapters.anthropic.settings import scope_tool_choice
 from convstore.adapters.wire.encoding import context_envelope
 from convstore.adapters.wire.providers import DeclaredTool, Loss
@@ -535,31 +534,6 @@ def test_search_results_and_their_citations_follow_the_binding() -> None:
     assert b"server_tool_use" not in raw
     kinds = {loss.kind for loss in other.losses}
     assert kinds == {"hosted_activity", "citations"}
-
-
-@pytest.mark.parametrize(
-    ("a", "b", "same"),
-    [
-        ("claude-sonnet-4-5", "claude-sonnet-4-5-20250929", True),
-        ("claude-3-7-sonnet-latest", "claude-3-7-sonnet-20250219", True),
-        ("claude-sonnet-4-5@20250929", "claude-sonnet-4-5-20250929", True),
-        ("anthropic.claude-3-5-sonnet-20240620-v1:0", "claude-3-5-sonnet-20240620", True),
-        ("claude-3-5-sonnet-20240620", "claude-3-5-sonnet-20241022", False),
-        ("claude-sonnet-4-5", "claude-opus-4-1", False),
-        ("claude-sonnet-4", "claude-sonnet-4-5", False),
-    ],
-)
-def test_same_model(a: str, b: str, same: bool) -> None:
-    assert same_model(a, b) is same
-    assert same_model(b, a) is same
-
-
-def test_binding_keys_it_cannot_verify_never_match() -> None:
-    payload = ProviderPayload.of(
-        "anthropic", "content_block", b"{}", binding={"system": "sha256:abc"}
-    )
-    assert binding_mismatch(payload, "claude-sonnet-4-5") is not None
-    assert binding_mismatch(ProviderPayload.of("anthropic", "content_block", b"{}"), "x") is None
 
 
 # --- other providers -----------------------------------------------------------------------------

@@ -23,13 +23,7 @@ import pytest
 from convstore.adapters.anthropic import decode as anthropic_decode
 from convstore.adapters.anthropic import history as anthropic_history
 from convstore.adapters.anthropic.context import RequestContext as AnthropicContext
-from convstore.adapters.google.binding import (
-    SKIP_SIGNATURE,
-    binding_mismatch,
-    function_name,
-    same_model,
-    signature_bytes,
-)
+from convstore.adapters.google.binding import SKIP_SIGNATURE, function_name, signature_bytes
 from convstore.adapters.google.config import (
     GoogleConfig,
     model_generation,
@@ -545,31 +539,6 @@ def test_a_signed_text_part_bound_elsewhere_becomes_plain_text() -> None:
     model = body["contents"][1]
     assert [p["text"] for p in model["parts"]] == texts
     assert sorted(loss.kind for loss in encoded.losses) == ["display", "payload"]
-
-
-@pytest.mark.parametrize(
-    ("a", "b", "same"),
-    [
-        ("gemini-2.5-flash", "gemini-2.5-flash", True),
-        ("models/gemini-2.5-flash", "gemini-2.5-flash", True),
-        ("gemini-2.0-flash", "gemini-2.0-flash-001", True),
-        ("gemini-2.0-flash-001", "gemini-2.0-flash-002", False),
-        ("gemini-2.5-flash", "gemini-2.5-pro", False),
-        ("projects/p/locations/l/publishers/google/models/gemini-2.5-pro", "gemini-2.5-pro", True),
-        ("gemini-2.5-flash-preview-05-20", "gemini-2.5-flash", False),
-        ("", "gemini-2.5-flash", False),
-    ],
-)
-def test_same_model(a: str, b: str, same: bool) -> None:
-    assert same_model(a, b) is same
-    assert same_model(b, a) is same
-
-
-def test_binding_keys_it_cannot_verify_never_match() -> None:
-    payload = ProviderPayload.of("google", "part", b"{}", binding={"system": "sha256:abc"})
-    assert binding_mismatch(payload, "gemini-2.5-flash") is not None
-    assert binding_mismatch(payload, None) is None  # matching against a request: unchecked
-    assert binding_mismatch(ProviderPayload.of("google", "part", b"{}"), "x") is None
 
 
 def test_signature_bytes_reads_both_alphabets() -> None:

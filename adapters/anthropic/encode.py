@@ -22,9 +22,12 @@ Same provider (`payload.provider == "anthropic"`) and a matching binding
 
 Binding
     A payload bound to a model (`binding["model"]`) is replayed only when that model is
-    the target model, compared as model ids: a dated snapshot and its alias match
-    (`claude-sonnet-4-5-20250929` ~ `claude-sonnet-4-5`, `…-latest`, `…@20250929`,
-    Bedrock's `anthropic.…-v1:0`); any other binding key is not understood and so never
+    the target model (`wire.models`): the model its request named counts as the same
+    one (the recording shows what the alias resolved to), and so does a name the
+    documented naming makes its alias (`binding.model_id`: `claude-sonnet-4-5` ~
+    `claude-sonnet-4-5-20250929`, `claude-sonnet-4-0` ~ `claude-sonnet-4-20250514`,
+    `…@20250929`, Bedrock's `anthropic.…-v1:0`; never across a `-latest` alias), listed
+    as an `assumed same model` line; any other binding key is not understood and so never
     matches. Citations of a response whose model does not match are left out with it,
     since they point into the search results left out.
 
@@ -66,6 +69,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from convstore.adapters.anthropic.config import (
+    LEGACY_MCP_BETA,
     NATIVE_TOOL_BETAS,
     AnthropicConfig,
     validate_hosted_tools,
@@ -131,10 +135,10 @@ def encode_request(
     if built.container and "container" not in body:
         body["container"] = built.container
     body["messages"] = [m.wire() for m in messages]
-    betas = tuple(
-        dict.fromkeys(NATIVE_TOOL_BETAS[t.type] for t in tools if t.type in NATIVE_TOOL_BETAS)
-    )
-    return EncodedRequest(body=body, losses=losses, betas=betas)
+    betas = [NATIVE_TOOL_BETAS[t.type] for t in tools if t.type in NATIVE_TOOL_BETAS]
+    if "mcp_servers" in body and not any(t.type == "mcp_toolset" for t in tools):
+        betas.append(LEGACY_MCP_BETA)
+    return EncodedRequest(body=body, losses=losses, betas=tuple(dict.fromkeys(betas)))
 
 
 def encode_request_bytes(

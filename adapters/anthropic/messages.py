@@ -15,14 +15,13 @@ from typing import Any, Final
 
 import msgspec
 
+from convstore.adapters.anthropic.binding import model_names
 from convstore.adapters.anthropic.context import PROVIDER
 from convstore.adapters.wire.encoding import (
     ResponseSpan,
     Scan,
     context_envelope,
     event_loss,
-    mismatched_binding,
-    same_dated_model,
 )
 from convstore.adapters.wire.providers import Loss, payload_type
 from convstore.domain.events import (
@@ -74,32 +73,6 @@ class Message(msgspec.Struct, kw_only=True):
         return {"role": self.role, "content": [b.value for b in self.blocks]}
 
 
-_MODEL_PREFIX: Final = re.compile(r"^(?:[a-z]{2,4}\.)?anthropic\.")
-_MODEL_PLATFORM: Final = re.compile(r"-v\d+(?::\d+)?$")
-_MODEL_DATE: Final = re.compile(r"^(.*?)(?:[-@](\d{8}))?(?:-latest)?$")
-
-
-def _model_id(model: str) -> tuple[str, str]:
-    """(base name, snapshot date or ``)."""
-    name = _MODEL_PREFIX.sub("", model.strip().lower())
-    name = _MODEL_PLATFORM.sub("", name)
-    dated = _MODEL_DATE.match(name)
-    assert dated is not None  # the pattern matches every string
-    return dated.group(1), dated.group(2) or ""
-
-
-def same_model(a: str, b: str) -> bool:
-    """True when two model names can denote one model: equal, or the same model named by
-    an alias and a snapshot (`claude-sonnet-4-5` ~ `claude-sonnet-4-5-20250929`); two
-    different snapshots differ."""
-    return same_dated_model(a, b, _model_id)
-
-
-def binding_mismatch(payload: ProviderPayload, model: str) -> str | None:
-    """Why `payload`'s binding does not hold for a request to `model` (None: it holds)."""
-    return mismatched_binding(payload, model, same_model)
-
-
 @dataclass(slots=True)
 class BuiltMessages:
     """The messages of a conversation, and what building them left out."""
@@ -124,7 +97,7 @@ def build_messages(events: Sequence[Event], *, model: str) -> BuiltMessages:
             message.blocks.sort(key=lambda b: b.type != "tool_result")  # stable
     return BuiltMessages(
         messages=messages,
-        losses=builder.losses,
+        losses=[*builder.losses, *scan.models.assumed()],
         pending=builder.pending,
         container=scan.continuation_container(),
     )
@@ -146,7 +119,7 @@ class MessageScan(Scan[_Response]):
     """The shared scan, with the code execution container each response ran in."""
 
     def __init__(self, events: Sequence[Event]) -> None:
-        super().__init__(_Response)
+        super().__init__(_Response, model_names())
         self.last_response: _Response | None = None
         for event in events:
             self.note(event)
@@ -214,7 +187,7 @@ class _MessageBuilder:
         if payload.format not in _REPLAYED_FORMATS:
             self.lose(event, kind, f"{payload.format} payload (cut short) left out")
             return False
-        why = binding_mismatch(payload, self.model)
+        why = self.scan.models.mismatch(payload, self.model)
         if why is not None:
             self.lose(event, kind, f"payload left out: {why}")
             return False
@@ -255,12 +228,12 @@ class _MessageBuilder:
         if event.attributions:
             foreign = self.scan.provider_of(event.response_id) != PROVIDER
             response_model = self.scan.model_of(event.response_id)
-            unbound = bool(response_model) and not same_model(response_model, self.model)
+            unbound = bool(response_model) and not self.scan.models.same(response_model, self.model)
             for attribution in event.attributions:
                 replay = attribution.replay
                 if foreign or replay is None or replay.provider != PROVIDER:
                     continue
-                if unbound or binding_mismatch(replay, self.model) is not None:
+                if unbound or self.scan.models.mismatch(replay, self.model) is not None:
                     continue
                 citations.append(replay.value)
             dropped = len(event.attributions) - len(citations)

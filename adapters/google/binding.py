@@ -13,38 +13,31 @@ import re
 from typing import Final
 
 from convstore.adapters.google.config import normalized_model
-from convstore.adapters.wire.encoding import mismatched_binding
-from convstore.domain.vocabulary import ProviderPayload
+from convstore.adapters.wire.models import ModelId, ModelNames
 
 SKIP_SIGNATURE: Final = "skip_thought_signature_validator"
 """The placeholder `thoughtSignature` Google documents for function calls that no Gemini 3
 model produced (a trace transferred from another model)."""
 
 
-_STABLE_SUFFIX: Final = re.compile(r"-\d{3}$")
+_STABLE: Final = re.compile(r"^(.*)-(\d{3})$")
 
 
-def same_model(a: str, b: str) -> bool:
-    """True when two model names can denote one model: equal once their resource prefix is
-    dropped, or one is the other's stable version (`gemini-2.0-flash` ~
-    `gemini-2.0-flash-001`); two different versions differ."""
-    if a == b:
-        return True
-    x, y = normalized_model(a), normalized_model(b)
-    if not x or not y:
-        return False
-    if x == y:
-        return True
-    base_x, base_y = _STABLE_SUFFIX.sub("", x), _STABLE_SUFFIX.sub("", y)
-    return base_x == base_y and (base_x == x or base_y == y)
+def model_id(model: str) -> ModelId:
+    """A Gemini model name as its naming reads it, its resource prefix dropped: a stable
+    version and its alias (`gemini-2.0-flash-001` ~ `gemini-2.0-flash`); a `-latest`
+    alias (`gemini-flash-latest`) moves between versions; a preview or experimental
+    snapshot (`gemini-2.5-flash-preview-05-20`) is a model of its own."""
+    name = normalized_model(model).lower()
+    if name.endswith("-latest"):
+        return ModelId(base=name, moving=True)
+    stable = _STABLE.match(name)
+    return ModelId(base=stable.group(1), snapshot=stable.group(2)) if stable else ModelId(base=name)
 
 
-def binding_mismatch(payload: ProviderPayload, model: str | None) -> str | None:
-    """Why `payload`'s binding does not hold for a request to `model` (None: it holds, or
-    `model` is None: bindings are not checked)."""
-    if model is None:
-        return None
-    return mismatched_binding(payload, model, same_model)
+def model_names() -> ModelNames:
+    """A conversation's model names, read the Gemini way."""
+    return ModelNames(model_id)
 
 
 def signature_bytes(signature: str) -> bytes | str:

@@ -13,11 +13,7 @@ from typing import Any, Final
 
 import msgspec
 
-from convstore.adapters.google.binding import (
-    SKIP_SIGNATURE,
-    binding_mismatch,
-    function_name,
-)
+from convstore.adapters.google.binding import SKIP_SIGNATURE, function_name, model_names
 from convstore.adapters.google.config import model_generation
 from convstore.adapters.google.context import PROVIDER
 from convstore.adapters.google.request_parts import (
@@ -133,7 +129,8 @@ def build_contents(
     for content in builder.contents:
         if content.role == "user":
             content.parts.sort(key=lambda p: p.kind != "functionResponse")  # stable
-    return BuiltContents(builder.contents, builder.losses, builder.names)
+    losses = [*builder.losses, *builder.scan.models.assumed()]
+    return BuiltContents(builder.contents, losses, builder.names)
 
 
 class ContentScan(Scan[ResponseSpan]):
@@ -141,7 +138,7 @@ class ContentScan(Scan[ResponseSpan]):
     model."""
 
     def __init__(self, events: Sequence[Event]) -> None:
-        super().__init__(ResponseSpan)
+        super().__init__(ResponseSpan, model_names())
         self.calls: dict[str, ToolCallRequested] = {}
         self.newest_google: ResponseStarted | None = None
         for event in events:
@@ -192,7 +189,7 @@ class _Builder:
         if payload.format != "part":
             self.lose(event, kind, f"{payload.format} payload (cut short) left out")
             return False
-        why = binding_mismatch(payload, self.model)
+        why = None if self.model is None else self.scan.models.mismatch(payload, self.model)
         if why is not None:
             self.lose(event, kind, f"thought signature left out: {why}")
             return False

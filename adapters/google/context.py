@@ -121,12 +121,20 @@ class RequestContext:
                 tools=tools,
                 tool_choice=_tool_choice(settings.get("toolConfig")),
                 max_tokens=max_tokens if type(max_tokens) is int else None,
-                native=native_request(PROVIDER, fields, "contents"),
+                native=native_request(PROVIDER, _naming(fields, model), "contents"),
             ),
             model=model,
             tool_versions={t.name: t.native_type for t in tools if t.hosted},
             grounding=grounding,
         )
+
+
+def _naming(fields: Mapping[str, msgspec.Raw], model: str) -> Mapping[str, msgspec.Raw]:
+    """The request's fields with the model its URL named, which the body does not hold:
+    recorded with the response's `modelVersion`, it shows what an alias resolved to."""
+    if not model or "model" in fields:
+        return fields
+    return {**fields, "model": msgspec.Raw(msgspec.json.encode(model))}
 
 
 _ANY: Final = msgspec.json.Decoder()

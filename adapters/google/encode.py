@@ -21,9 +21,12 @@ Same provider (`payload.provider == "google"`, format `part`) and a matching bin
 
 Binding
     A payload bound to a model (`binding["model"]`, the `modelVersion` that produced it) is
-    replayed only to that model, compared as model ids (`same_model`: `models/` and
-    Vertex resource prefixes ignored; `gemini-2.0-flash` ~ `gemini-2.0-flash-001`); any
-    other binding key is not understood and never matches. Left out otherwise: a signed
+    replayed only to that model (`wire.models`): the model its request named counts as
+    the same one (the recording shows what the alias resolved to), and so does a name the
+    documented naming makes its alias (`binding.model_id`: `models/` and Vertex resource
+    prefixes ignored; `gemini-2.0-flash` ~ `gemini-2.0-flash-001`, never across a
+    `-latest` alias), listed as an `assumed same model` line; any other binding key is not
+    understood and never matches. Left out otherwise: a signed
     text part becomes plain text and a function call a portable one (each a loss of kind
     `payload`); signed reasoning is left out (`reasoning`).
 

@@ -14,12 +14,8 @@ from typing import Final
 import msgspec
 
 from convstore.adapters.openai.context import PROVIDER
-from convstore.adapters.wire.encoding import (
-    ResponseSpan,
-    Scan,
-    mismatched_binding,
-    same_dated_model,
-)
+from convstore.adapters.wire.encoding import ResponseSpan, Scan
+from convstore.adapters.wire.models import ModelId, ModelNames
 from convstore.adapters.wire.providers import payload_type
 from convstore.domain.events import (
     Event,
@@ -34,29 +30,20 @@ OUTPUT_ITEM: Final = "output_item"
 
 
 _FINE_TUNED: Final = re.compile(r"^ft:")
-_MODEL_DATE: Final = re.compile(r"^(.*?)(?:-(\d{4}-\d{2}-\d{2}|\d{4}))?$")
+_SNAPSHOT: Final = re.compile(r"^(.*?)-(\d{4}-\d{2}-\d{2}|\d{4})$")
 
 
-def _model_id(model: str) -> tuple[str, str]:
-    """(base name, snapshot date or ``)."""
+def model_id(model: str) -> ModelId:
+    """An OpenAI model name as its naming reads it: an alias and its dated snapshots
+    (`gpt-5.1` ~ `gpt-5.1-2025-11-13`, `gpt-4` ~ `gpt-4-0613`); a fine-tune is its own
+    model, and a `-latest` alias (`chatgpt-4o-latest`) moves between snapshots."""
     name = model.strip().lower().removeprefix("openai/")
     if _FINE_TUNED.match(name):
-        return name, ""  # a fine-tune is its own model: equal names only
-    dated = _MODEL_DATE.match(name)
-    assert dated is not None  # the pattern matches every string
-    return dated.group(1), dated.group(2) or ""
-
-
-def same_model(a: str, b: str) -> bool:
-    """True when two model names can denote one model: equal, or the same model named by
-    an alias and a dated snapshot (`gpt-5.1` ~ `gpt-5.1-2025-11-13`, `gpt-4` ~
-    `gpt-4-0613`); two different snapshots differ."""
-    return same_dated_model(a, b, _model_id)
-
-
-def binding_mismatch(payload: ProviderPayload, model: str) -> str | None:
-    """Why `payload`'s binding does not hold for a request to `model` (None: it holds)."""
-    return mismatched_binding(payload, model, same_model)
+        return ModelId(base=name, snapshot=name)  # equal names only
+    if name.endswith("-latest"):
+        return ModelId(base=name, moving=True)
+    dated = _SNAPSHOT.match(name)
+    return ModelId(base=dated.group(1), snapshot=dated.group(2)) if dated else ModelId(base=name)
 
 
 @dataclass(slots=True)
@@ -71,7 +58,7 @@ class ResponseScan(Scan[_Response]):
     item type of each call."""
 
     def __init__(self, events: Sequence[Event]) -> None:
-        super().__init__(_Response)
+        super().__init__(_Response, ModelNames(model_id))
         self.newest_native: ResponseStarted | None = None
         """The newest OpenAI response whose settings hold its native request."""
         self.calls: dict[str, str] = {}
@@ -106,8 +93,8 @@ class _Encrypted(msgspec.Struct):
 _ENCRYPTED: Final = msgspec.json.Decoder(_Encrypted)
 
 
-def portable_reason(response: _Response, model: str, store: bool) -> str | None:
-    """Why an OpenAI response cannot be replayed natively (None: it can)."""
+def portable_reason(response: _Response, model: str, store: bool, models: ModelNames) -> str | None:
+    """Why an OpenAI response cannot be replayed natively to `model` (None: it can)."""
     if response.ended is None:
         return "its response never ended (interrupted)"
     if response.ended.state != "completed":
@@ -115,7 +102,7 @@ def portable_reason(response: _Response, model: str, store: bool) -> str | None:
     for event, payload in response.bound:
         if payload.format == "partial":
             return f"an item of its response was cut short ({type(event).__name__})"
-        why = binding_mismatch(payload, model)
+        why = models.mismatch(payload, model)
         if why is not None:
             return f"its items are {why}"
     for reasoning in response.reasoning:

@@ -26,10 +26,12 @@ never replayed, nor are `response_fields` / `stream_event` artifacts (metadata, 
 content).
 
 Payloads hold when
-    - bound to a model (`binding["model"]`), that model is the target model, compared as
-      model ids: a dated snapshot and its alias match (`gpt-5.1-2025-11-13` ~ `gpt-5.1`),
-      two different snapshots do not; any other binding key is not understood and never
-      matches;
+    - bound to a model (`binding["model"]`), that model is the target model
+      (`wire.models`): the model its request named counts as the same one (the
+      recording shows what the alias resolved to), and so does a name the documented
+      naming makes its alias (`binding.model_id`: `gpt-5.1` ~ `gpt-5.1-2025-11-13`; two
+      snapshots differ; never across a `-latest` alias), listed as an `assumed same
+      model` line; any other binding key is not understood and never matches;
     - a reasoning item has `encrypted_content`, or the request is sent with `store: true`
       (the item then lives on OpenAI's side and its id resolves).
     One reasoning item that cannot be replayed sends the whole response in portable form:

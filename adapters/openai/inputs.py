@@ -67,7 +67,7 @@ def build_input(events: Sequence[Event], *, model: str, store: bool) -> BuiltInp
         builder.add(event)
     return BuiltInput(
         items=builder.items,
-        losses=builder.losses,
+        losses=[*builder.losses, *scan.models.assumed()],
         pending=builder.pending,
         reasoning_replayed=builder.reasoning_replayed,
     )
@@ -158,7 +158,7 @@ class _InputBuilder:
         elif response.started.provider != PROVIDER:
             why = _FOREIGN
         else:
-            why = portable_reason(response, self.model, self.store)
+            why = portable_reason(response, self.model, self.store, self.scan.models)
         self._why[key] = why
         return why
 

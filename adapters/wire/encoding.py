@@ -15,10 +15,11 @@ from typing import Any, Final, Generic, TypeVar
 
 import msgspec
 
+from convstore.adapters.wire.models import ModelNames
 from convstore.adapters.wire.providers import Loss
 from convstore.domain.errors import ConfigurationError
 from convstore.domain.events import Event, HostedActivity, ResponseEnded, ResponseStarted
-from convstore.domain.vocabulary import ProviderPayload, RequestSettings, ToolDeclaration
+from convstore.domain.vocabulary import RequestSettings, ToolDeclaration
 
 __all__ = [
     "ANY_JSON",
@@ -34,10 +35,8 @@ __all__ = [
     "context_envelope",
     "event_loss",
     "kept_choice",
-    "mismatched_binding",
     "recorded_list",
     "recorded_native",
-    "same_dated_model",
     "set_field",
     "settings_loss",
     "target_model",
@@ -72,34 +71,6 @@ def settings_loss(source: ResponseStarted | None, reason: str, *, kind: str = "s
         kind=kind,
         reason=reason,
     )
-
-
-def same_dated_model(a: str, b: str, model_id: Callable[[str], tuple[str, str]]) -> bool:
-    """True when two model names can denote one model: equal, or the same model named by
-    an alias and a dated snapshot, as `model_id` reads a name (its base name and snapshot
-    date, or ``); two different snapshots differ."""
-    if a == b:
-        return True
-    if not a or not b:
-        return False
-    (base_a, date_a), (base_b, date_b) = model_id(a), model_id(b)
-    return base_a == base_b and (date_a == date_b or not date_a or not date_b)
-
-
-def mismatched_binding(
-    payload: ProviderPayload, model: str, same_model: Callable[[str, str], bool]
-) -> str | None:
-    """Why `payload`'s binding does not hold for a request to `model` (None: it holds).
-
-    A `model` binding holds when `same_model` says the models match; any other binding key
-    is not understood, and so never holds."""
-    for key, value in payload.binding.items():
-        if key == "model":
-            if value and not same_model(value, model):
-                return f"bound to model {value!r}, not {model!r}"
-        else:
-            return f"bound to {key} {value!r}, which this adapter cannot verify"
-    return None
 
 
 def recorded_native(
@@ -228,8 +199,10 @@ class Scan(Generic[R]):
     the newest responses. A provider's scan calls `note` for each event, then keeps what
     its own encoding needs."""
 
-    def __init__(self, response: Callable[[ResponseStarted], R]) -> None:
+    def __init__(self, response: Callable[[ResponseStarted], R], models: ModelNames) -> None:
         self._response = response
+        self.models = models
+        """The conversation's model names: which are one model for binding."""
         self.responses: dict[str, R] = {}
         self.activities: dict[str, ActivitySpan] = {}
         self.newest: ResponseStarted | None = None
@@ -239,6 +212,7 @@ class Scan(Generic[R]):
         """Take in a response's start or end, or a hosted activity's transition."""
         if isinstance(event, ResponseStarted):
             self.responses[event.response_id] = self._response(event)
+            self.models.note(event)
             self.newest = event
             if event.settings != NO_SETTINGS:
                 self.newest_with_settings = event
