@@ -12,6 +12,7 @@ from convstore.adapters.anthropic.context import RequestContext
 from convstore.adapters.anthropic.decode import detect_and_decode
 from convstore.adapters.anthropic.encode import EncodedRequest, encode_request
 from convstore.adapters.anthropic.history import history_drafts, recorded_prefix
+from convstore.adapters.anthropic.notices import interpret
 from convstore.adapters.wire.providers import EncodedRequest as AnyEncodedRequest
 from convstore.adapters.wire.providers import (
     MessageDrafts,
@@ -43,4 +44,5 @@ ADAPTER = ProviderAdapter(
     history=_history,
     encode=encode_with_config(AnthropicConfig.from_config, encode_request),
     send=_send,
+    interpret=interpret,
 )

@@ -16,7 +16,7 @@ from typing import Any, Final
 import msgspec
 
 from convstore.adapters.anthropic.citations import attribution
-from convstore.adapters.anthropic.context import PROVIDER, RequestContext
+from convstore.adapters.anthropic.context import PROVIDER, RequestContext, activity_name
 from convstore.adapters.wire.assembler import AssembledBlock
 from convstore.domain.events import (
     AssistantText,
@@ -73,8 +73,9 @@ ACTIVITY_INPUTS: Final[Mapping[str, tuple[str, ...]]] = {
 """Server tool name → the input fields its normalized input keeps (others: all of it)."""
 
 RESULT_NAMES: Final[Mapping[str, str]] = {"mcp_tool_result": "mcp"}
-"""Result block type → activity name, when its call is not in the same response (the
-default drops the `_tool_result` suffix: `web_search_tool_result` → `web_search`)."""
+"""Result block type → activity name, when its call is neither in the same response nor
+replayed by the request (the default drops the `_tool_result` suffix:
+`web_search_tool_result` → `web_search`)."""
 
 
 def _exit(content: Mapping[str, Any]) -> str:
@@ -92,12 +93,24 @@ def _tools_found(content: Mapping[str, Any]) -> str:
     return _count(len(found), "tool") if isinstance(found, list) else "done"
 
 
+def _viewed(content: Mapping[str, Any]) -> str:
+    lines = _int(content, "num_lines")
+    return f"viewed {_count(lines, 'line')}" if lines is not None else "viewed"
+
+
+def _created(content: Mapping[str, Any]) -> str:
+    return "updated" if content.get("is_file_update") is True else "created"
+
+
 RESULT_SUMMARIES: Final[Mapping[str, Callable[[Mapping[str, Any]], str]]] = {
     "web_fetch_result": _fetched,
     "code_execution_result": _exit,
     "encrypted_code_execution_result": _exit,
     "bash_code_execution_result": _exit,
     "tool_search_tool_search_result": _tools_found,
+    "text_editor_code_execution_view_result": _viewed,
+    "text_editor_code_execution_create_result": _created,
+    "text_editor_code_execution_str_replace_result": lambda content: "edited",
 }
 """A successful result's content type → its summary (lists count results; else `done`)."""
 
@@ -254,9 +267,13 @@ class BlockMapper:
             )
         ]
 
-    def _hosted_call(self, assembled: AssembledBlock, name: str, tool: str) -> list[Event]:
+    def _hosted_call(self, assembled: AssembledBlock) -> list[Event]:
+        """A `server_tool_use` or `mcp_tool_use`: the `started` transition of its activity."""
         block = assembled.block
         activity_id = _need_str(block, "id")
+        name = activity_name(block)
+        if name is None:
+            raise _Malformed("name")
         arguments = block.get("input")
         if activity_id in self._activities or not isinstance(arguments, dict | None):
             raise _Malformed("server_tool_use")
@@ -273,18 +290,9 @@ class BlockMapper:
                 state="started",
                 response_id=self.response_id,
                 input=normalized,
-                payload=self.payload(assembled, version=self.context.version_of(tool), bound=True),
+                payload=self.payload(assembled, version=self.context.version_of(name), bound=True),
             )
         ]
-
-    def _server_tool_use(self, assembled: AssembledBlock) -> list[Event]:
-        name = _need_str(assembled.block, "name")
-        return self._hosted_call(assembled, name, name)
-
-    def _mcp_tool_use(self, assembled: AssembledBlock) -> list[Event]:
-        block = assembled.block
-        server, tool = _str(block, "server_name") or "", _need_str(block, "name")
-        return self._hosted_call(assembled, f"mcp:{server}/{tool}", "mcp")
 
     def _hosted_result(self, assembled: AssembledBlock) -> list[Event]:
         block = assembled.block
@@ -294,9 +302,14 @@ class BlockMapper:
         kind = _need_str(block, "type")
         name = self._activities.get(activity_id)
         if name is None:
-            # Its call is in an earlier response (a deferred search), or never came:
-            # the terminal transition alone, never dropped.
-            name = RESULT_NAMES.get(kind) or kind.removesuffix("_tool_result")
+            # Its call is in an earlier response (a deferred search, a `pause_turn`
+            # continuation: the request replays it), or never came: the terminal
+            # transition alone, never dropped.
+            name = (
+                self.context.replayed_calls.get(activity_id)
+                or RESULT_NAMES.get(kind)
+                or kind.removesuffix("_tool_result")
+            )
         elif activity_id in self._ended:
             raise _Malformed("a second result")
         self._ended.add(activity_id)
@@ -320,8 +333,8 @@ _BLOCKS: Final[Mapping[str, Callable[[BlockMapper, AssembledBlock], list[Event]]
     "thinking": BlockMapper._thinking,
     "redacted_thinking": BlockMapper._redacted,
     "tool_use": BlockMapper._tool_use,
-    "server_tool_use": BlockMapper._server_tool_use,
-    "mcp_tool_use": BlockMapper._mcp_tool_use,
+    "server_tool_use": BlockMapper._hosted_call,
+    "mcp_tool_use": BlockMapper._hosted_call,
     "mcp_tool_result": BlockMapper._hosted_result,
 }
 """Block type → its mapping (other `*_tool_result` types map as hosted results)."""

@@ -59,6 +59,7 @@ from convstore.domain.errors import ConfigurationError
 __all__ = [
     "DEFAULT_BASE_URL",
     "HOSTED_TOOL_SUPPORT",
+    "LEGACY_MCP_BETA",
     "NATIVE_TOOL_BETAS",
     "NATIVE_TOOL_VERSIONS",
     "AnthropicConfig",
@@ -88,8 +89,13 @@ activity keeps the version it began under (its payload and its recorded declarat
 NATIVE_TOOL_BETAS: Final[Mapping[str, str]] = {
     "web_fetch_20250910": "web-fetch-2025-09-10",
     "code_execution_20250825": "code-execution-2025-08-25",
+    "mcp_toolset": "mcp-client-2025-11-20",
 }
 """Native tool type → the `anthropic-beta` header value it needs (none for web search)."""
+
+LEGACY_MCP_BETA: Final = "mcp-client-2025-04-04"
+"""The header an `mcp_servers` request without any `mcp_toolset` needs (the connector's
+first version, where a server definition alone enables its tools)."""
 
 Domain = Annotated[str, msgspec.Meta(min_length=1)]
 

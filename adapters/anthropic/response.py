@@ -10,6 +10,7 @@ import msgspec
 
 from convstore.adapters.anthropic.blocks import BlockMapper
 from convstore.adapters.anthropic.context import PROVIDER, RequestContext
+from convstore.adapters.anthropic.notices import MESSAGE_FIELDS_FORMAT
 from convstore.adapters.wire.assembler import AssembledBlock
 from convstore.domain.events import Event, ResponseEnded, ResponseStarted
 from convstore.domain.vocabulary import EndState, ErrorInfo, FinishReason, ResponseId, Usage
@@ -41,7 +42,8 @@ MESSAGE_FIELDS: Final = frozenset(
     {"id", "type", "role", "model", "content", "stop_reason", "usage"}
 )
 """Message fields the events model; any other non-null one (`container`, `stop_sequence`,
-…) is kept in an UnknownArtifact of format `message_fields`, so nothing is lost."""
+`stop_details`, `context_management`, …) is kept in an UnknownArtifact of format
+`message_fields`, so nothing is lost (`notices.interpret` reads the ones it types)."""
 
 _OBJECT: Final = msgspec.json.Decoder(dict[str, Any])
 _RAW_LIST: Final = msgspec.json.Decoder(list[msgspec.Raw])
@@ -193,7 +195,7 @@ class ResponseHead:
         out: list[Event] = []
         if self.extras:
             extras = msgspec.json.encode(self.extras)
-            out.append(self.mapper.unknown_value(extras, "message_fields"))
+            out.append(self.mapper.unknown_value(extras, MESSAGE_FIELDS_FORMAT))
         finish: FinishReason = "other"
         if state == "failed":
             finish = "error"

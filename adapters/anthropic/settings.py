@@ -19,7 +19,12 @@ from convstore.adapters.anthropic.config import (
     hosted_tool_declarations,
     tool_name_of,
 )
-from convstore.adapters.anthropic.context import PROVIDER, TOOL_ALIASES, is_hosted_tool_type
+from convstore.adapters.anthropic.context import (
+    PROVIDER,
+    TOOL_ALIASES,
+    declared_name,
+    is_hosted_tool_type,
+)
 from convstore.adapters.anthropic.messages import MessageScan
 from convstore.adapters.wire.encoding import (
     ANY_JSON,
@@ -80,8 +85,8 @@ class ResolvedSettings(RecordedSettings):
                     continue
                 kind = decoded.get("type")
                 kind = kind if isinstance(kind, str) else ""
-                name = decoded.get("name")
-                name = name if isinstance(name, str) else tool_name_of(kind)
+                name = declared_name(decoded, kind)
+                name = tool_name_of(kind) if name == kind else name
                 tools.append(DeclaredTool(name, kind, item, is_hosted_tool_type(kind)))
             return tools
         tools = []
@@ -193,9 +198,13 @@ def scope_tool_choice(choice: Any, tools: Sequence[DeclaredTool]) -> tuple[Any, 
 
 
 def _pending_declarations(pending: list[HostedActivity]) -> dict[str, str]:
-    """Tool name → native type, for the tools pending activities need declared."""
+    """Tool name → native type, for the tools pending activities need declared. An MCP
+    activity needs none here: its server and toolset stay as recorded (no configuration
+    removes them)."""
     out: dict[str, str] = {}
     for activity in pending:
+        if activity.name.startswith("mcp:"):
+            continue
         payload = activity.payload
         version = payload.version if payload is not None else ""
         if version:

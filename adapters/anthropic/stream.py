@@ -54,6 +54,8 @@ _NOTHING: Final[Sequence[Event]] = ()
 _OBJECT: Final = msgspec.json.Decoder(dict[str, Any])
 _VALID: Final = msgspec.json.Decoder(msgspec.Raw)
 _DELTA_FIELDS: Final = frozenset({"stop_reason"})
+_DELTA_EVENT_FIELDS: Final = frozenset({"type", "delta", "usage"})
+_FIELDS: Final = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _NO_CONTENT: Final = msgspec.Raw(b"[]")
 _EMPTY_TEXT: Final = msgspec.Raw(b'{"type":"text","text":""}')
 
@@ -284,6 +286,9 @@ class StreamDecoder:
         if isinstance(stop_reason, str):
             self.stop_reason = stop_reason
         self.head.keep(event.delta, _DELTA_FIELDS)
+        # Fields beside `delta` (`context_management`): kept as the message's own (the
+        # data decoded as an event already, so it decodes as an object).
+        self.head.keep(_FIELDS.decode(data), _DELTA_EVENT_FIELDS)
         self.head.usage.update(event.usage)
         return _NOTHING
 

@@ -1,0 +1,99 @@
+"""What an Anthropic response said besides its content, read from its stored fields.
+
+The decoder keeps the message fields the events do not model in an UnknownArtifact of
+format `message_fields` (bytes as received, so replay can use them: the container a
+continuation runs in). `interpret` reads such a payload, whichever version stored it, into
+typed notices for the portable reading, never rewriting it:
+
+- `stop_details` (a refusal): kind `refusal`, its `category` as the code, its
+  `explanation` as the message, `recommended_model` in the details. The fallback credit
+  token is an opaque value and is never read out;
+- `container`: kind `container`, its id as the code, `expires_at` and the skills loaded
+  (`skills`, their ids joined) in the details;
+- `context_management`: one notice of kind `context_management` per applied edit, its
+  type as the code and its counters (`cleared_input_tokens`, …) in the details.
+
+Other fields (`stop_sequence`, `diagnostics`, …) have no notice kind: a payload giving no
+notice reads as None and stays an unknown artifact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
+
+import msgspec
+
+from convstore.adapters.anthropic.context import PROVIDER
+from convstore.domain.vocabulary import Notice, PayloadReading, ProviderPayload
+
+__all__ = ["MESSAGE_FIELDS_FORMAT", "interpret"]
+
+MESSAGE_FIELDS_FORMAT: Final = "message_fields"
+"""The UnknownArtifact format of a response's unmodelled message fields."""
+
+_FIELDS: Final = msgspec.json.Decoder(dict[str, Any])
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _refusal(details: Any) -> Iterator[Notice]:
+    if not isinstance(details, Mapping):
+        return
+    extra = {"recommended_model": _text(details.get("recommended_model"))}
+    yield Notice(
+        kind="refusal",
+        code=_text(details.get("category")),
+        message=_text(details.get("explanation")),
+        details={k: v for k, v in extra.items() if v},
+    )
+
+
+def _container(container: Any) -> Iterator[Notice]:
+    if isinstance(container, str) and container:  # an early form: the id alone
+        yield Notice(kind="container", code=container)
+        return
+    if not isinstance(container, Mapping) or not isinstance(container.get("id"), str):
+        return
+    skills = container.get("skills")
+    names = [
+        s["skill_id"]
+        for s in (skills if isinstance(skills, list) else ())
+        if isinstance(s, Mapping) and isinstance(s.get("skill_id"), str)
+    ]
+    details = {"expires_at": _text(container.get("expires_at")), "skills": ", ".join(names)}
+    yield Notice(
+        kind="container", code=container["id"], details={k: v for k, v in details.items() if v}
+    )
+
+
+def _context_management(management: Any) -> Iterator[Notice]:
+    edits = management.get("applied_edits") if isinstance(management, Mapping) else None
+    for edit in edits if isinstance(edits, list) else ():
+        if not isinstance(edit, Mapping):
+            continue
+        counters = {
+            name: str(value)
+            for name, value in edit.items()
+            if type(value) is int or (isinstance(value, str) and name != "type")
+        }
+        yield Notice(kind="context_management", code=_text(edit.get("type")), details=counters)
+
+
+def interpret(payload: ProviderPayload) -> PayloadReading | None:
+    """The notices of an Anthropic `message_fields` payload; None for any other payload,
+    or one that holds no field a notice types."""
+    if payload.provider != PROVIDER or payload.format != MESSAGE_FIELDS_FORMAT:
+        return None
+    try:
+        fields = _FIELDS.decode(payload.raw)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    notices = (
+        *_refusal(fields.get("stop_details")),
+        *_container(fields.get("container")),
+        *_context_management(fields.get("context_management")),
+    )
+    return PayloadReading(notices=notices) if notices else None
