@@ -274,4 +274,6 @@ def outcome_line(outcome: ResponseOutcome) -> str:
 def loss_line(loss: Any) -> str:
     """One line of a loss report (a `providers.Loss`)."""
     where = f"event {loss.version} ({loss.event})" if loss.version else loss.event
+    if loss.kind == "assumed same model":  # nothing is left out: an assumption is listed
+        return f"{where}: {loss.kind}: {loss.reason}"
     return f"{where}: {loss.kind} left out: {loss.reason}"

@@ -147,9 +147,8 @@ class ModelNames:
                 version=0,
                 event="model",
                 kind="assumed same model",
-                reason=f"values bound to {bound!r} are sent to {target!r}: assumed same "
-                "model by the provider's naming (an alias and its snapshot), never "
-                "recorded together",
+                reason=f"values bound to {bound!r} are sent to {target!r}, an alias and "
+                "its snapshot by the provider's naming, never recorded together",
             )
             for bound, target in self._assumed
         ]
