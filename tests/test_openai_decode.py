@@ -633,6 +633,9 @@ def test_range_conversion_is_pinned_with_non_ascii_text(caplog: pytest.LogCaptur
     first = ranges[0]
     assert first is not None and text[first.start : first.end] == link
     assert [a.source.kind for a in event.attributions] == ["web", "web", "file", "file", "document"]
+    unplaced = [a.unplaced for a in event.attributions]
+    assert [bool(why) for why in unplaced] == [False, True, False, True, False]
+    assert f"[{len(text) - 2}, {len(text) + 3})" in unplaced[1]  # the source is kept
     assert payload_json(event)["content"][0]["annotations"] == annotations  # nothing lost
     assert "does not lie in its text" in caplog.text and "example.org" not in caplog.text
     record(decode_message(message_body(text, annotations)))
