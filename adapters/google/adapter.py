@@ -22,6 +22,7 @@ from convstore.adapters.google.context import RequestContext
 from convstore.adapters.google.decode import detect_and_decode
 from convstore.adapters.google.encode import EncodedRequest, encode_request
 from convstore.adapters.google.history import history
+from convstore.adapters.google.notices import interpret
 from convstore.adapters.wire.providers import EncodedRequest as AnyEncodedRequest
 from convstore.adapters.wire.providers import (
     ProviderAdapter,
@@ -50,4 +51,5 @@ ADAPTER = ProviderAdapter(
     history=history,
     encode=encode_with_config(GoogleConfig.from_config, encode_request),
     send=_send,
+    interpret=interpret,
 )

@@ -19,11 +19,13 @@ from convstore.adapters.google.context import PROVIDER
 from convstore.adapters.google.request_parts import (
     call_of,
     fields_of,
+    fields_of_raw,
     given_id,
     part_kind,
     response_of,
     response_part,
     result_object,
+    stored_parts,
     stored_response,
 )
 from convstore.adapters.wire.encoding import (
@@ -65,6 +67,10 @@ NOT_CONTENT: Final = frozenset(
 )
 """UnknownArtifact / activity payload formats that were never content: not replayed, no
 loss."""
+
+STORED_PARTS: Final = frozenset({"part", "parts"})
+"""Payload formats holding whole parts: one part, or several in order (a code run's
+results)."""
 
 
 @dataclass(slots=True)
@@ -186,7 +192,7 @@ class _Builder:
         if payload.provider != PROVIDER:
             self.lose(event, kind, f"{payload.provider} {payload.format} payload left out")
             return False
-        if payload.format != "part":
+        if payload.format not in STORED_PARTS:
             self.lose(event, kind, f"{payload.format} payload (cut short) left out")
             return False
         why = None if self.model is None else self.scan.models.mismatch(payload, self.model)
@@ -304,7 +310,8 @@ class _Builder:
         if replay is None:
             replay = self.decided[event.activity_id] = self.decide(event)
         if replay and event.payload is not None and event.state != "abandoned":
-            self.emit("model", part_kind(fields_of(event.payload)), event.payload.value)
+            for part in stored_parts(event.payload):
+                self.emit("model", part_kind(fields_of_raw(part)), part)
 
     def decide(self, event: HostedActivity) -> bool:
         """Whether an activity's parts are replayed: both, or the result alone when its code

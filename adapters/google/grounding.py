@@ -4,8 +4,12 @@
 the chunks before carry `{}`). Its `groundingSupports[].segment` span counts UTF-8 bytes
 over the concatenation of every visible (non-thought) text part of the candidate, across
 streamed chunks; `startIndex` is omitted when 0. `text_attributions` maps each span to the
-text events it falls in, as half-open code-point ranges of each event's own text; a span
-that does not hold the segment's text (or cuts a character) is dropped, never stored stale.
+text events it falls in, as half-open code-point ranges of each event's own text. A span
+that does not fit the text (past its end, a boundary inside a UTF-8 character, or bytes
+that are not the segment's text) keeps its citations without a range, never a stale one:
+each source is cited by the text event the span starts in (the last one when it starts
+past the end), with `unplaced` saying why. The segment's `text` is answer text, what the
+range points at, so it is never an attribution's `excerpt` (source-side text only).
 
 Grounding reports finished work with no call/result pair, so each block becomes one hosted
 activity that begins `completed` (DESIGN.md, Lifecycle): `web_search` for a block with
@@ -21,6 +25,9 @@ from typing import Any, Final
 from convstore.domain.vocabulary import Attribution, Display, Source, TextRange
 
 __all__ = [
+    "UNPLACED_MISMATCH",
+    "UNPLACED_OUTSIDE",
+    "UNPLACED_SPLIT",
     "TextSlot",
     "byte_offsets_to_code_points",
     "search_summary",
@@ -30,6 +37,11 @@ __all__ = [
 ]
 
 URL_RETRIEVED: Final = "URL_RETRIEVAL_STATUS_SUCCESS"
+
+UNPLACED_OUTSIDE: Final = "the segment's byte offsets lie outside the text"
+UNPLACED_MISMATCH: Final = "the text at the segment's byte offsets is not the segment's text"
+UNPLACED_SPLIT: Final = "a segment boundary falls inside a UTF-8 character"
+"""Why a grounding support's citations have no range (`Attribution.unplaced`)."""
 
 
 @dataclass(slots=True)
@@ -127,37 +139,48 @@ def text_attributions(
     if not spans:
         return out
     total = slots[-1].end
-    # Which byte offsets each slot must convert, and the spans it holds.
+    # Which byte offsets each slot must convert, and each span's pieces (None: unplaced).
     wanted: list[list[int]] = [[] for _ in slots]
-    placed: list[tuple[int, str | None, list[Source], list[tuple[int, int, int]]]] = []
+    placed: list[tuple[int, list[Source], list[tuple[int, int, int]] | str]] = []
     for start, end, text, sources in spans:
         if not 0 <= start < end <= total:
+            placed.append((start, sources, UNPLACED_OUTSIDE))
             continue
         if text is not None and _bytes_of(slots, start, end) != text.encode():
-            continue  # the span does not hold the segment's text: dropped
+            placed.append((start, sources, UNPLACED_MISMATCH))
+            continue
         pieces = []
         for n, slot in enumerate(slots):
             low, high = max(start, slot.start), min(end, slot.end)
             if low < high:
                 pieces.append((n, low - slot.start, high - slot.start))
                 wanted[n].extend((low - slot.start, high - slot.start))
-        placed.append((start, text, sources, pieces))
+        placed.append((start, sources, pieces))
     points = [
         byte_offsets_to_code_points(slot.encoded, offsets) if offsets else {}
         for slot, offsets in zip(slots, wanted, strict=True)
     ]
     seen: set[tuple[int, Attribution]] = set()
-    for _, text, sources, pieces in placed:
-        ranges = [(n, points[n][low], points[n][high]) for n, low, high in pieces]
-        if any(a is None or b is None for _, a, b in ranges):
-            continue  # a boundary inside a character: the span matches no text
-        for n, a, b in ranges:
+    for start, sources, pieces in placed:
+        ranges = (
+            []
+            if isinstance(pieces, str)
+            else [(n, points[n][low], points[n][high]) for n, low, high in pieces]
+        )
+        why = pieces if isinstance(pieces, str) else ""
+        if not why and any(a is None or b is None for _, a, b in ranges):
+            why = UNPLACED_SPLIT
+        cited: list[tuple[int, Attribution]] = []
+        if why:  # cited, without a range, by the text event the span starts in
+            n = next((n for n, slot in enumerate(slots) if start < slot.end), len(slots) - 1)
+            cited = [(n, Attribution(source=source, unplaced=why)) for source in sources]
+        for n, a, b in [] if why else ranges:
             assert a is not None and b is not None
-            for source in sources:
-                attribution = Attribution(source=source, excerpt=text, range=TextRange(a, b))
-                if (n, attribution) not in seen:
-                    seen.add((n, attribution))
-                    out[n].append(attribution)
+            cited.extend((n, Attribution(source=s, range=TextRange(a, b))) for s in sources)
+        for n, attribution in cited:
+            if (n, attribution) not in seen:
+                seen.add((n, attribution))
+                out[n].append(attribution)
     return out
 
 

@@ -19,12 +19,22 @@ leave out.
 
 Other parts come whole and map as they are: `functionCall` → ToolCallRequested (its `id`,
 else `<responseId>:call:<k>` for the k-th call of the response, so a streamed and a
-non-streamed copy agree); `executableCode` → a `code_execution` HostedActivity `started`
-(`<responseId>:code_execution:<k>` unless the part has an `id`), and the next
-`codeExecutionResult` ends the oldest open one, `completed` on `OUTCOME_OK`, else `failed`
-— thought-time runs (`"thought": true`) included. Any other part is an UnknownArtifact
-(format `part`); a function call streamed in pieces (`partialArgs`, `willContinue`) is
-one of format `partial`, never a ToolCallRequested.
+non-streamed copy agree; a call with no `args` has no arguments). A call whose arguments
+are streamed in pieces (`willContinue`, `partialArgs`: see `streamed_calls`) is assembled
+into one whole part and becomes one ToolCallRequested when its last piece arrives (or a
+part of another kind, or the response completes); a call still open at a cut, a piece that
+cannot be applied, or an end marker (`functionCall: {}`) with no call open is an
+UnknownArtifact of format `partial`, never a ToolCallRequested.
+
+`executableCode` → a `code_execution` HostedActivity `started`
+(`<responseId>:code_execution:<k>` unless the part has an `id`); its
+`codeExecutionResult` parts (the one naming its `id`, else the next result while it is the
+oldest open run; results right after a result belong to the same run) end it with one
+terminal transition, made once a part of another kind arrives or the response ends: its
+outcome is the last result's (`completed` on `OUTCOME_OK`, else `failed`), its payload the
+result part (format `part`), or every result part in order as one JSON array (format
+`parts`) — thought-time runs (`"thought": true`) included. Any other part is an
+UnknownArtifact (format `part`).
 
 Visible text is not turned into events here: it becomes a `HeldText`, which the stream
 decoder completes into an AssistantText once the candidate's grounding is known.
@@ -40,6 +50,7 @@ from typing import Any, Final, TypeAlias
 import msgspec
 
 from convstore.adapters.google.context import PROVIDER, RequestContext
+from convstore.adapters.google.streamed_calls import MalformedPiece, StreamedCall
 from convstore.adapters.wire.assembler import AssembledBlock
 from convstore.domain.events import (
     Event,
@@ -130,19 +141,35 @@ class PartMapper:
         self._code_count = 0
         self._open_code: deque[str] = deque()
         self._activities: set[str] = set()
+        self._results: dict[str, list[AssembledBlock]] = {}
+        """Code runs whose results arrived, by activity id, until a part of another kind."""
+        self._streamed: StreamedCall | None = None
+        """The function call being streamed in pieces, if any."""
 
     def __call__(self, assembled: AssembledBlock) -> list[Draft]:
         """The drafts of one closed run (raw None) or one whole part."""
         block = assembled.block
         if assembled.raw is None:
-            return self._run(assembled)
+            return [*self._end_results(), *self._run(assembled)]
+        out: list[Draft] = []
+        if "functionCall" not in block:
+            out.extend(self._end_call())
+        if "codeExecutionResult" not in block:
+            out.extend(self._end_results())
         for key, handler in _PARTS.items():
             if key in block:
                 try:
-                    return handler(self, assembled)
+                    out.extend(handler(self, assembled))
+                    return out
                 except _Malformed:
                     break
-        return [self.unknown(assembled)]
+        out.append(self.unknown(assembled))
+        return out
+
+    def close(self, *, cut: bool) -> list[Draft]:
+        """The drafts still held when the response ends: code results, a streamed call
+        (whole, unless the response was `cut`)."""
+        return [*self._end_results(), *self._end_call(cut=cut)]
 
     # --- payloads ---
 
@@ -220,9 +247,46 @@ class PartMapper:
     def _function_call(self, assembled: AssembledBlock) -> list[Draft]:
         block = assembled.block
         call = _dict(block, "functionCall")
-        name, arguments, given = call.get("name"), call.get("args", {}), call.get("id")
-        if call.get("willContinue") is True or "partialArgs" in call or not assembled.complete:
+        if not assembled.complete:
             return [self.unknown(assembled, "partial")]  # never a ToolCallRequested for a piece
+        out: list[Draft] = []
+        name = call.get("name")
+        if self._streamed is not None and isinstance(name, str) and name:
+            out.extend(self._end_call())  # a new call: the open one ended without its marker
+        streamed = self._streamed
+        if streamed is None:
+            if call.get("willContinue") is not True and "partialArgs" not in call:
+                if not call:
+                    return [self.unknown(assembled, "partial")]  # an end marker, nothing open
+                return self._whole_call(assembled)
+            streamed = self._streamed = StreamedCall(block)
+        try:
+            streamed.add(call)
+        except MalformedPiece:
+            self._streamed = None
+            broken = AssembledBlock(-1, streamed.part(), None, complete=False)
+            return [*out, self.unknown(broken, "partial"), self.unknown(assembled, "partial")]
+        if call.get("willContinue") is not True:
+            out.extend(self._end_call())
+        return out
+
+    def _end_call(self, *, cut: bool = False) -> list[Draft]:
+        """The streamed call, if one is open, as a whole call (a `partial` artifact when
+        `cut` or nameless)."""
+        streamed, self._streamed = self._streamed, None
+        if streamed is None:
+            return []
+        assembled = AssembledBlock(-1, streamed.part(), None, complete=not cut)
+        if not cut:
+            try:
+                return self._whole_call(assembled)
+            except _Malformed:
+                pass
+        return [self.unknown(assembled, "partial")]
+
+    def _whole_call(self, assembled: AssembledBlock) -> list[Draft]:
+        call = _dict(assembled.block, "functionCall")
+        name, arguments, given = call.get("name"), call.get("args", {}), call.get("id")
         if not isinstance(name, str) or not name or not isinstance(arguments, dict | None):
             raise _Malformed("functionCall")
         ordinal = self._call_count
@@ -277,26 +341,59 @@ class PartMapper:
     def _code_result(self, assembled: AssembledBlock) -> list[Draft]:
         result = _dict(assembled.block, "codeExecutionResult")
         given = result.get("id")
-        if isinstance(given, str) and given in self._open_code:
+        named = isinstance(given, str) and bool(given)
+        if named and given in self._results:
+            self._results[given].append(assembled)  # a further result of a run
+            return []
+        if named and given in self._open_code:
             self._open_code.remove(given)
             activity_id = given
         elif self._open_code:
             activity_id = self._open_code.popleft()
+        elif self._results and not named:
+            self._results[next(reversed(self._results))].append(assembled)
+            return []
         else:
             # Its code is in no part of this response: the terminal transition alone.
             activity_id = self._activity_id(given)
             self._activities.add(activity_id)
-        state, summary = code_summary(result)
-        return [
-            HostedActivity(
-                activity_id=ActivityId(activity_id),
-                name="code_execution",
-                state="failed" if state == "failed" else "completed",
-                response_id=self.response_id,
-                summary=summary,
-                payload=self.payload(assembled, version=self.context.version_of("code_execution")),
+        self._results[activity_id] = [assembled]
+        return []
+
+    def _end_results(self) -> list[Draft]:
+        """One terminal transition per code run whose results arrived: the last result's
+        outcome, every result part in its payload."""
+        out: list[Draft] = []
+        version = self.context.version_of("code_execution")
+        for activity_id, results in self._results.items():
+            state, summary = code_summary(results[-1].block["codeExecutionResult"])
+            out.append(
+                HostedActivity(
+                    activity_id=ActivityId(activity_id),
+                    name="code_execution",
+                    state="failed" if state == "failed" else "completed",
+                    response_id=self.response_id,
+                    summary=summary,
+                    payload=self._results_payload(results, version),
+                )
             )
+        self._results.clear()
+        return out
+
+    def _results_payload(self, results: list[AssembledBlock], version: str) -> ProviderPayload:
+        if len(results) == 1:
+            return self.payload(results[0], version=version)
+        parts = [
+            bytes(r.raw) if r.raw is not None else msgspec.json.encode(r.block) for r in results
         ]
+        signed = any(isinstance(r.block.get("thoughtSignature"), str) for r in results)
+        return ProviderPayload(
+            provider=PROVIDER,
+            format="parts",
+            version=version,
+            binding=dict(self._binding) if signed else {},
+            value=msgspec.Raw(b"[" + b",".join(parts) + b"]"),
+        )
 
     def open_code(self) -> int:
         """Code runs started without a result (they stay `started`)."""

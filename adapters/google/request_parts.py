@@ -7,7 +7,7 @@ Part of the Gemini encoder (see `encode` for the rules).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -20,11 +20,30 @@ from convstore.domain.vocabulary import ProviderPayload
 
 
 def fields_of(payload: ProviderPayload) -> dict[str, Any]:
+    return fields_of_raw(payload.raw)
+
+
+def fields_of_raw(raw: bytes | msgspec.Raw) -> dict[str, Any]:
+    """A stored part's fields (empty when it is not a JSON object)."""
     try:
-        value = ANY_JSON.decode(payload.raw)
+        value = ANY_JSON.decode(raw)
     except (msgspec.DecodeError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {}
+
+
+_RAW_LIST: Final = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+def stored_parts(payload: ProviderPayload) -> list[msgspec.Raw]:
+    """The parts a payload holds, each byte for byte: the part itself (format `part`), or
+    each element of its JSON array (format `parts`)."""
+    if payload.format != "parts":
+        return [payload.value]
+    try:
+        return _RAW_LIST.decode(payload.raw)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return []
 
 
 def part_kind(fields: Mapping[str, Any]) -> str:

@@ -38,6 +38,7 @@ from convstore.adapters.google.grounding import (
     text_attributions,
     url_context_outcome,
 )
+from convstore.adapters.google.notices import CANDIDATE_FIELDS_FORMAT, RESPONSE_FIELDS_FORMAT
 from convstore.adapters.google.parts import Draft, HeldText, PartMapper, is_mergeable
 from convstore.adapters.google.response import (
     RESPONSE_FIELDS,
@@ -438,6 +439,7 @@ class ChunkDecoder:
         out: list[Event] = []
         cut = state != "completed"
         self._emit(out, self.assembler.finish(cut=cut))
+        self._emit(out, self.mapper.close(cut=cut))
         out.extend(self._activities())
         held = self._held or []
         cited: dict[int, list[Any]] = {}
@@ -454,10 +456,11 @@ class ChunkDecoder:
                 out.append(draft)
         mapper = self.mapper
         if self._extras:
-            out.append(mapper.unknown_value(msgspec.json.encode(self._extras), "response_fields"))
+            extras = msgspec.json.encode(self._extras)
+            out.append(mapper.unknown_value(extras, RESPONSE_FIELDS_FORMAT))
         if self._candidate_extras:
             extras = msgspec.json.encode(self._candidate_extras)
-            out.append(mapper.unknown_value(extras, "candidate_fields"))
+            out.append(mapper.unknown_value(extras, CANDIDATE_FIELDS_FORMAT))
         stop_reason = self._blocked or self._stop_reason
         out.append(
             ResponseEnded(
