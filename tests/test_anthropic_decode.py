@@ -227,7 +227,9 @@ def test_capture_hosted_activities(exchange: Exchange) -> None:
     assert [a.activity_id for a in ended] == [b["tool_use_id"] for b in results]
     for activity, block in zip(ended, results, strict=True):
         content = block["content"]
-        failed = isinstance(content, dict) and content["type"].endswith("_error")
+        failed = block.get("is_error") is True or (
+            isinstance(content, dict) and content["type"].endswith("_error")
+        )
         assert activity.state == ("failed" if failed else "completed")
         assert payload_json(activity) == block  # encrypted_content and all
     for activity, block in zip(started, calls, strict=True):
@@ -277,7 +279,7 @@ def test_capture_unknown_blocks_and_events_are_kept(exchange: Exchange) -> None:
     """Scenario 11 (backend-independent: decoding, before anything reaches a store; stored on both
     backends: test_reliability_ingest.py)."""
     facts = read_facts(exchange.response)
-    known = {"text", "thinking", "redacted_thinking", "tool_use", "server_tool_use"}
+    known = {"text", "thinking", "redacted_thinking", "tool_use", "server_tool_use", "mcp_tool_use"}
     odd = [b for b in facts.blocks if b["type"] not in known and not b["type"].endswith("_result")]
     kept = [e for e in exchange.decode() if isinstance(e, UnknownArtifact)]
     by_format = {
