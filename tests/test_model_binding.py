@@ -223,3 +223,38 @@ def test_a_moving_alias_never_recorded_is_another_model(provider: str) -> None:
     _, losses = _replay(provider, _conversation(provider, aliased=False), moving)
     assert any("bound to model" in loss.reason for loss in losses)
     assert not [loss for loss in losses if loss.kind == "assumed same model"]
+
+
+def test_ask_records_the_gemini_model_its_url_named(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Gemini's model is in the URL, not the body: `ask` records it with the response's
+    `modelVersion`, so a `-latest` alias it asked for binds the signatures that came back."""
+    from convstore.adapters import cli
+    from convstore.domain import parse_conversation_id
+    from convstore.storage import open_store
+    from tests.replay_server import ReplayServer, Reply
+
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("GEMINI_API_KEY", "AIzaSyTEST-model-binding")
+    monkeypatch.setenv("CONVSTORE_CONFIG", "/dev/null")
+    url = f"sqlite:///{tmp_path / 'convstore.db'}"
+    alias, snapshot = ALIASES["google"]
+    body = (EXAMPLES / EXAMPLE["google"] / "1.response.sse").read_bytes()
+    assert f'"modelVersion": "{snapshot}"'.encode() in body
+    with ReplayServer() as server:
+        server.enqueue(Reply(body=body, content_type="text/event-stream"))
+        base = f"providers.google.base_url={server.url}/v1beta"
+        argv = ["--db", url, "ask", "--provider", "google", "Wetter?", "--cfg", base]
+        assert cli.main([*argv, "--model", alias, "--json"]) == 0
+        assert f"/models/{alias}:" in server.requests[-1].path
+    with open_store(url) as store:
+        [summary] = store.service.list()
+        events = list(store.service.events(parse_conversation_id(str(summary.id))))
+    [started] = [e for e in events if isinstance(e, ResponseStarted)]
+    assert started.model == snapshot
+    _, losses = _replay("google", events, alias)
+    assert losses == []
+    _, losses = _replay("google", events, "gemini-flash-latest")
+    assert any("bound to model" in loss.reason for loss in losses)

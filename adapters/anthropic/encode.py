@@ -102,6 +102,10 @@ class EncodedRequest:
         """The body as JSON, every stored payload embedded byte for byte."""
         return ENCODER.encode(self.body)
 
+    def recorded_json(self) -> bytes:
+        """The request as its recording keeps it: the body, which names its model."""
+        return self.to_json()
+
 
 # --- public API ------------------------------------------------------------------------------
 

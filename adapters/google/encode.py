@@ -112,6 +112,11 @@ class EncodedRequest:
         """The body as JSON, every stored payload embedded byte for byte."""
         return ENCODER.encode(self.body)
 
+    def recorded_json(self) -> bytes:
+        """The request as its recording keeps it: the body with the model the URL names
+        (`model`, which the decoder records with the response's `modelVersion`)."""
+        return ENCODER.encode({**self.body, "model": self.model})
+
     def path(self, *, stream: bool = True) -> str:
         """The method's path relative to the base URL, e.g.
         `models/gemini-2.5-flash:streamGenerateContent?alt=sse`."""

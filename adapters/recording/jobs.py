@@ -185,7 +185,7 @@ def ask(
     service.add_user_input(conversation_id, [UserMessage(blocks=(text,))])
     events = list(service.events(conversation_id))
     request = provider_adapter.need_encode()(events, config, model, None)
-    body = request.to_json()
+    body = request.recorded_json()
     try:
         with provider_adapter.need_send()(request, config) as stream:
             outcome = service.ingest(conversation_id, provider_adapter.decode(stream, body, None))

@@ -93,6 +93,11 @@ class EncodedRequest(Protocol):
         """The body as JSON, every stored payload embedded byte for byte."""
         ...
 
+    def recorded_json(self) -> bytes:
+        """The request as a recording keeps it, for decoding its response: the body plus
+        what the URL carries that the decoder needs (Gemini's model)."""
+        ...
+
 
 Decode = Callable[[bytes | Iterable[bytes], bytes | None, int | None], Iterator[Event]]
 """(body or chunks, the request body that produced it, HTTP status) → drafts."""
