@@ -73,6 +73,8 @@ from convstore.domain.vocabulary import (
     TextRange,
     ToolDeclaration,
 )
+from tests.recorded import Recorded, recorded_conversations
+from tests.sdk_requests import assert_valid_openai_request, verbatim_paths
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "wire"
 WIRE = SHARED / "openai"
@@ -277,7 +279,7 @@ def test_encoding_rebuilds_the_next_captured_request(found: list[Exchange], n: i
     assert ours_n == wanted_n
     for key in ("model", "instructions", "tools", "tool_choice", "reasoning", "include"):
         assert body.get(key) == wanted.get(key), key
-    assert body["store"] is wanted.get("store", False)
+    assert body["store"] is wanted.get("store", True)  # OpenAI's default: stored
     assert "stream" not in body
     assert encoded.losses == []
     for literal in opaque_literals(following.request):
@@ -351,12 +353,20 @@ def test_every_opaque_value_of_every_completed_response_comes_back(folder: Path)
             assert [loss.kind for loss in encoded.losses if loss.kind != "tool_choice"] == []
 
 
-def test_stored_store_false_reasoning_without_encrypted_content_goes_portable() -> None:
-    """Example refusal_incomplete/2: a store=true response's reasoning item has no
-    encrypted_content; replayed with store=false OpenAI could not resolve its id."""
+def test_a_stored_conversation_replays_its_reasoning_and_store_false_goes_portable() -> None:
+    """Example refusal_incomplete/2: the request leaves `store` out (OpenAI's default,
+    true: its response reports `"store": true`) and the reasoning item has no
+    encrypted_content. Replayed as recorded, with store=true, its ids resolve on OpenAI's
+    side: everything is replayed. With store=false OpenAI could not resolve them."""
     exchange = Exchange(OURS / "refusal_incomplete", 2)
+    assert exchange.request is not None and b'"store"' not in exchange.request
     conversation = conversation_through([exchange])
-    encoded = encode_request(events_of(conversation), config=DEFAULT)
+    recorded = encode_request(events_of(conversation), config=DEFAULT)
+    assert body_of(recorded)["store"] is True
+    assert recorded.losses == [] and b'"rs_' in recorded.to_json()
+    assert "include" not in body_of(recorded)
+    assert_valid_openai_request(body_of(recorded))
+    encoded = encode_request(events_of(conversation), config=OpenAIConfig(store=False))
     raw = encoded.to_json()
     body = json.loads(raw)
     assert body["store"] is False
@@ -367,10 +377,8 @@ def test_stored_store_false_reasoning_without_encrypted_content_goes_portable() 
     ]
     assert "encrypted_content and the request is sent with store=false" in encoded.losses[0].reason
     assert body["input"][-1]["role"] == "assistant"
-    # With store=true the ids resolve on OpenAI's side: everything is replayed.
-    stored = encode_request(events_of(conversation), config=STORED)
-    assert stored.losses == [] and b'"rs_' in stored.to_json()
-    assert "include" not in body_of(stored)
+    assert isinstance(body["input"][-1]["content"], str)
+    assert_valid_openai_request(body)
 
 
 def test_a_message_item_is_sent_once_for_all_its_texts() -> None:
@@ -591,7 +599,9 @@ def test_a_payload_bound_to_another_model_is_sent_in_portable_form() -> None:
     assert re.fullmatch(r"fc_[0-9a-f]{40}", call["id"])
     assert call["call_id"] == "call_Iy13iJYJjdYJBVIHqbwg3Mpf"
     assert json.loads(call["arguments"]) == {"city": "Zürich, Suisse", "unit": "celsius"}
-    assert body["input"][3]["content"][0]["type"] == "output_text"
+    assert body["input"][3]["role"] == "assistant"
+    assert isinstance(body["input"][3]["content"], str)
+    assert_valid_openai_request(body)
     # gpt-4.1 does not reason: the recorded reasoning settings are left out too.
     assert "include" not in body and "reasoning" not in body
     kinds = sorted((loss.event, loss.kind) for loss in encoded.losses)
@@ -619,7 +629,7 @@ def test_an_interrupted_response_is_never_replayed_natively() -> None:
     encoded = encode_request(events_of(conversation), config=STORED)
     body = body_of(encoded)
     [_, item] = body["input"]
-    assert item["role"] == "assistant" and item["content"][0]["type"] == "output_text"
+    assert item["role"] == "assistant" and isinstance(item["content"], str)
     assert "id" not in item
     assert [(loss.event, loss.kind) for loss in encoded.losses] == [("AssistantText", "payload")]
     assert "ended failed" in encoded.losses[0].reason
@@ -639,18 +649,14 @@ def check_responses_request(body: dict[str, Any]) -> None:
     calls: set[str] = set()
     for item in body["input"]:
         assert isinstance(item, dict)
-        if "role" in item:
-            assert set(item) <= {"role", "content", "type", "id", "status"}
-            assert item["role"] in ("user", "assistant")
+        if item.get("role") == "assistant":  # no item id to send: plain-string content
+            assert set(item) == {"role", "content"}
+            assert isinstance(item["content"], str) and item["content"]
+        elif "role" in item:
+            assert set(item) == {"role", "content"} and item["role"] == "user"
             assert isinstance(item["content"], list) and item["content"]
-            wanted = "input_text" if item["role"] == "user" else "output_text"
             for part in item["content"]:
-                assert part["type"] == wanted and isinstance(part["text"], str)
-                for annotation in part.get("annotations", []):
-                    assert annotation["type"] == "url_citation"
-                    assert isinstance(annotation["url"], str)
-                    start, end = annotation["start_index"], annotation["end_index"]
-                    assert 0 <= start <= end <= len(part["text"])
+                assert part["type"] == "input_text" and isinstance(part["text"], str)
         elif item["type"] == "function_call":
             assert set(item) == {"type", "id", "call_id", "name", "arguments"}
             assert item["id"].startswith("fc_")
@@ -668,6 +674,7 @@ def check_responses_request(body: dict[str, Any]) -> None:
         assert tool["strict"] is False and tool["parameters"]["type"] == "object"
     choice = body.get("tool_choice")
     assert choice is None or choice in ("auto", "none", "required") or isinstance(choice, dict)
+    assert_valid_openai_request(body)
 
 
 def expected_losses(events: Sequence[Event]) -> list[tuple[int, str]]:
@@ -688,12 +695,7 @@ def expected_losses(events: Sequence[Event]) -> list[tuple[int, str]]:
         elif isinstance(event, AssistantText):
             if event.payload is not None:
                 out.append((version, "payload"))
-            carried = [
-                a
-                for a in event.attributions
-                if a.source.kind == "web" and a.source.url and a.range is not None
-            ]
-            if len(carried) < len(event.attributions):
+            if event.attributions:  # plain-string content carries no annotations
                 out.append((version, "citations"))
         elif isinstance(event, ToolCallRequested | ToolCallResponded):
             if event.payload is not None:
@@ -780,29 +782,30 @@ def test_another_providers_conversation_replays_portably(build: Any) -> None:
                 assert literal not in raw
     # Every user text, assistant text and tool call reaches it.
     texts = [t for e in events if isinstance(e, UserMessage) for t in e.blocks]
-    texts += [e.text for e in events if isinstance(e, AssistantText) and e.text]
-    sent = [p["text"] for i in body["input"] if "content" in i for p in i["content"]]
+    sent = [p["text"] for i in body["input"] if i.get("role") == "user" for p in i["content"]]
     assert sent == texts
+    answers = [i["content"] for i in body["input"] if i.get("role") == "assistant"]
+    assert "".join(answers) == "".join(e.text for e in events if isinstance(e, AssistantText))
     calls = [e.call_id for e in events if isinstance(e, ToolCallRequested)]
     assert [i["call_id"] for i in body["input"] if i.get("type") == "function_call"] == calls
 
 
-def test_foreign_web_citations_with_ranges_become_url_citations() -> None:
+def test_foreign_text_goes_as_plain_string_content_its_citations_listed() -> None:
+    """Gemini grounded text: OpenAI has no item of it, so no output message (whose `id`
+    would have to be invented); its citations are listed, one loss per cited text."""
     conversation = google_conversation("grounding_search_stream")
     texts = [e for e in events_of(conversation) if isinstance(e, AssistantText)]
-    cited = next(t for t in texts if t.attributions)
-    body = body_of(encode_request(events_of(conversation), config=DEFAULT, model="gpt-5.1"))
-    parts = [p for i in body["input"] if i.get("role") == "assistant" for p in i["content"]]
-    part = next(p for p in parts if p["text"] == cited.text)
-    for annotation, attribution in zip(part["annotations"], cited.attributions, strict=True):
-        assert attribution.range is not None
-        assert annotation == {
-            "type": "url_citation",
-            "url": attribution.source.url,
-            "title": attribution.source.title or "",
-            "start_index": attribution.range.start,
-            "end_index": attribution.range.end,
-        }
+    encoded = encode_request(events_of(conversation), config=DEFAULT, model="gpt-5.1")
+    body = body_of(encoded)
+    [answer] = [i for i in body["input"] if i.get("role") == "assistant"]
+    assert answer == {"role": "assistant", "content": "".join(t.text for t in texts)}
+    cited = [t for t in texts if t.attributions]
+    assert cited
+    losses = [loss for loss in encoded.losses if loss.kind == "citations"]
+    assert [loss.version for loss in losses] == [t.originator_version for t in cited]
+    for loss, text in zip(losses, cited, strict=True):
+        assert loss.reason.startswith(f"{len(text.attributions)} citation(s) left out")
+    assert_valid_openai_request(body)
 
 
 def foreign_events() -> list[Event]:
@@ -1310,3 +1313,59 @@ def test_settings_come_from_the_newest_openai_request_even_after_a_switch() -> N
         [FUNCTION],
     )
     assert "settings" not in {loss.kind for loss in encoded.losses}
+
+
+# --- the openai SDK's request types as the oracle -------------------------------------------------
+
+TARGET_MODEL = "gpt-5.1"
+
+
+@pytest.mark.parametrize("recorded", recorded_conversations(), ids=str)
+def test_every_rebuilt_request_validates_against_the_sdk(recorded: Recorded) -> None:
+    """Every conversation the captures build (each provider's examples and `../shared/wire`),
+    replayed to OpenAI through the adapter's entry point: the request is one the `openai`
+    SDK's `ResponseCreateParams` accepts unchanged. Only unknown items replayed
+    byte-identical to OpenAI are exempt."""
+    encode = adapter("openai").need_encode()
+    same = recorded.provider == "openai"
+    for model in [None, TARGET_MODEL] if same else [TARGET_MODEL]:
+        body = json.loads(encode(list(recorded.events), {}, model, "Et ensuite ?").to_json())
+        exempt = verbatim_paths(body, recorded.unknown_payloads()) if same else []
+        assert all(path[0] == "input" and len(path) == 2 for path in exempt)
+        assert_valid_openai_request(body, exempt=exempt)
+
+
+def test_a_captured_assistant_message_of_parts_without_an_id_goes_as_a_string() -> None:
+    """Some clients send an earlier answer as `output_text` parts without the item's
+    `type`, `id` and `status`; it is sent back as plain-string content, never as captured
+    (the SDK's types refuse it), and its annotation is listed."""
+    annotation = {
+        "type": "url_citation",
+        "url": "https://example.com/a",
+        "title": "A",
+        "start_index": 0,
+        "end_index": 4,
+    }
+    parts = [
+        {"type": "output_text", "text": "Lyon", "annotations": [annotation]},
+        {"type": "output_text", "text": " est belle.", "annotations": []},
+    ]
+    request = json.dumps(
+        {
+            "model": "gpt-5.1",
+            "input": [
+                {"role": "user", "content": "Une ville ?"},
+                {"role": "assistant", "content": parts},
+                {"role": "user", "content": "Pourquoi ?"},
+            ],
+        }
+    ).encode()
+    conversation = Conversation.start()
+    record_history(conversation, request)
+    encoded = encode_request(events_of(conversation), config=DEFAULT)
+    body = body_of(encoded)
+    assert body["input"][1] == {"role": "assistant", "content": "Lyon est belle."}
+    assert_valid_openai_request(body)
+    assert sorted(loss.kind for loss in encoded.losses) == ["citations", "payload", "payload"]
+    payloads = [loss.reason for loss in encoded.losses if loss.kind == "payload"]
+    assert all("without its item id" in reason for reason in payloads)

@@ -39,10 +39,13 @@ Payloads hold when
     item", and a reasoning item without the item that followed it.
 
 Portable form (other providers, and OpenAI responses that cannot be replayed natively)
-    Assistant text → an assistant message of `output_text` parts (consecutive texts of one
-    response share one message); web citations with a URL and a range become `url_citation`
-    annotations (OpenAI counts code points, as TextRange does); any other citation is
-    listed as lost. Tool calls → `function_call` items with a fresh deterministic id
+    Assistant text → `{"role": "assistant", "content": "<text>"}`, plain-string content
+    (consecutive texts of one response joined into one message). An output message of
+    `output_text` parts needs its item's `type`, `id` and `status` (the SDK's types and
+    the proxies validating with them refuse it without), and an item id is never
+    invented: its citations cannot be carried and are listed as lost. A captured assistant
+    message of `output_text` parts without an id (some clients send one) is sent this way
+    too. Tool calls → `function_call` items with a fresh deterministic id
     (`fc_<sha256>`) and the call id (shortened deterministically past 64 characters, alike
     for the call and its output), arguments as JSON text, names made valid
     (`[A-Za-z0-9_-]{1,64}`) the same way in `tools`. Reasoning, hosted activities, unknown
@@ -63,8 +66,10 @@ Settings
     none, from the newest `ResponseStarted` that carries settings, read portably (system
     prompt → `instructions`, client tools → `function` tools with `strict: false`, tool
     choice, max tokens). `model` (argument, then `config.model`) and
-    `config.max_output_tokens` override; `store` is `config.store`, else the recorded value,
-    else false; with `store: false` and reasoning replayed, `include` gains
+    `config.max_output_tokens` override; `store` is `config.store`, else the recorded
+    request's, else what its response reported, else true when an OpenAI request was
+    recorded without it (the API's default: that conversation is stored), else false;
+    with `store: false` and reasoning replayed, `include` gains
     `reasoning.encrypted_content` so the next reasoning comes back replayable; a target
     model that does not reason (`config.NON_REASONING_FAMILIES`: GPT-4o, GPT-4.1, …) gets
     neither the recorded `reasoning` nor that include (a `settings` loss). Hosted tools
@@ -117,6 +122,10 @@ class EncodedRequest:
     def to_json(self) -> bytes:
         """The body as JSON, every stored payload embedded byte for byte."""
         return ENCODER.encode(self.body)
+
+    def recorded_json(self) -> bytes:
+        """The request as its recording keeps it: the body, which names its model."""
+        return self.to_json()
 
 
 # --- public API ------------------------------------------------------------------------------

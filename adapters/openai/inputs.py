@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+import msgspec
+
 from convstore.adapters.openai.binding import (
     OUTPUT_ITEM,
     ResponseScan,
@@ -116,6 +118,25 @@ _OUTPUT_OF_CALL: Final[Mapping[str, str]] = {
 _FOREIGN: Final = "foreign"
 
 
+class _MessageShape(msgspec.Struct):
+    id: str = ""
+    content: msgspec.Raw = msgspec.Raw(b"null")
+
+
+_MESSAGE_SHAPE: Final = msgspec.json.Decoder(_MessageShape)
+
+
+def _replayable_message(payload: ProviderPayload) -> bool:
+    """Whether a message item can go back as stored: an output message with its `id`, or
+    the short form whose content is a string (as a client sent it). A message of
+    `output_text` parts without an id (some clients send one) is neither."""
+    try:
+        shape = _MESSAGE_SHAPE.decode(payload.raw)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return False
+    return bool(shape.id) or bytes(shape.content).lstrip().startswith(b'"')
+
+
 class _InputBuilder:
     """Folds events into input items, deciding for each payload whether it is replayed."""
 
@@ -184,14 +205,16 @@ class _InputBuilder:
         why = self.why_portable(event.response_id)
         payload = event.payload
         if why is None and payload is not None and payload.format == OUTPUT_ITEM:
-            key = (event.response_id, payload.raw)
-            if key not in self._sent:
-                self._sent.add(key)
-                self.emit(payload.value)
-            return
+            if _replayable_message(payload):
+                key = (event.response_id, payload.raw)
+                if key not in self._sent:
+                    self._sent.add(key)
+                    self.emit(payload.value)
+                return
+            why = "an assistant message of output_text parts without its item id"
         if payload is not None:
             self.payload_loss(event, payload, why)
-        self.portable_text(event, why)
+        self.portable_text(event)
 
     def payload_loss(self, event: Event, payload: ProviderPayload, why: str | None) -> None:
         if payload.provider != PROVIDER:
@@ -201,41 +224,24 @@ class _InputBuilder:
         else:
             self.lose(event, "payload", f"openai {payload.format} payload left out")
 
-    def portable_text(self, event: AssistantText, why: str | None) -> None:
-        annotations: list[dict[str, Any]] = []
-        dropped = 0
-        for attribution in event.attributions:
-            source, span = attribution.source, attribution.range
-            if source.kind == "web" and source.url and span is not None:
-                annotation: dict[str, Any] = {
-                    "type": "url_citation",
-                    "url": source.url,
-                    "title": source.title or "",
-                    "start_index": span.start,
-                    "end_index": span.end,
-                }
-                annotations.append(annotation)
-            else:
-                dropped += 1
-        if dropped:
+    def portable_text(self, event: AssistantText) -> None:
+        """Assistant text without an OpenAI message item to replay: plain-string content
+        (an output message needs the item's own `id`, never invented), the texts of one
+        response joined into one message; the annotations it cannot carry are listed."""
+        if event.attributions:
             self.lose(
                 event,
                 "citations",
-                f"{dropped} citation(s) left out: OpenAI carries only web citations with a "
-                "URL and a range (url_citation)",
+                f"{len(event.attributions)} citation(s) left out: text sent without its "
+                "OpenAI message item is plain-string content, which carries no annotations",
             )
         if not event.text:
-            if annotations:
-                self.lose(event, "text", "empty text left out with its citations")
             return
-        part: dict[str, Any] = {"type": "output_text", "text": event.text}
-        if annotations:
-            part["annotations"] = annotations
         current = self._message
         if current is not None and current[0] == event.response_id:
-            current[1]["content"].append(part)
+            current[1]["content"] += event.text
             return
-        message = {"role": "assistant", "content": [part]}
+        message = {"role": "assistant", "content": event.text}
         self.emit(message)
         self._message = (event.response_id, message)
 

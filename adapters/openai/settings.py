@@ -185,10 +185,7 @@ class ResolvedSettings(RecordedSettings):
         if not recorded_model and source is not None and source.provider == PROVIDER:
             recorded_model = source.model
         chosen = target_model("openai", "gpt-5.1", model, config.model, recorded_model)
-        store = config.store
-        if store is None:
-            recorded_store = _decoded(native, "store")
-            store = recorded_store if isinstance(recorded_store, bool) else False
+        store = config.store if config.store is not None else _recorded_store(scan, native)
         limit: Any = config.max_output_tokens
         if limit is None and native is not None and "max_output_tokens" in native:
             limit = native["max_output_tokens"]
@@ -307,6 +304,35 @@ class ResolvedSettings(RecordedSettings):
             else:
                 choice = {"type": "function", "name": function_name(name)}
         return kept_choice(choice, raw, scope_tool_choice(choice, tools), self.source, losses)
+
+
+class _Stored(msgspec.Struct):
+    store: bool | None = None
+
+
+_STORED: Final = msgspec.json.Decoder(_Stored)
+
+
+def _recorded_store(scan: ResponseScan, native: Mapping[str, msgspec.Raw] | None) -> bool:
+    """Whether the recorded conversation was stored on OpenAI's side: the recorded
+    request's `store`; else what its response reported (its `response_fields`); else, for
+    a recorded OpenAI request that left it out, the API's default (true); else false."""
+    recorded = _decoded(native, "store")
+    if isinstance(recorded, bool):
+        return recorded
+    if native is None:
+        return False
+    source = scan.newest_native
+    response = scan.responses.get(source.response_id) if source is not None else None
+    for _, payload in response.bound if response is not None else ():
+        if payload.format == "response_fields":
+            try:
+                reported = _STORED.decode(payload.raw).store
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+            if reported is not None:
+                return reported
+    return True
 
 
 def _decoded(native: Mapping[str, msgspec.Raw] | None, key: str) -> Any:
