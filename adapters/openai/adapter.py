@@ -12,6 +12,7 @@ from convstore.adapters.openai.context import RequestContext
 from convstore.adapters.openai.decode import detect_and_decode
 from convstore.adapters.openai.encode import encode_request
 from convstore.adapters.openai.history import history
+from convstore.adapters.openai.notices import interpret
 from convstore.adapters.wire.providers import (
     EncodedRequest,
     ProviderAdapter,
@@ -36,4 +37,5 @@ ADAPTER = ProviderAdapter(
     history=history,
     encode=encode_with_config(OpenAIConfig.from_config, encode_request),
     send=_send,
+    interpret=interpret,
 )

@@ -1,5 +1,7 @@
 """Cut output items (the stream ended before `output_item.done`): the assembled parts
-folded back into the native item, so that the mapper reads a cut item as a whole one."""
+folded back into the native item, so that the mapper reads a cut item as a whole one.
+
+The diff of a cut apply_patch call is the deltas' text (the `.done` diff once it came)."""
 
 from __future__ import annotations
 
@@ -28,12 +30,89 @@ _LEAVES: Final[Mapping[str, type]] = {
 """The path-named fields `wire` assembles, by leaf, with the type each holds."""
 
 
+_TOOL_LEAVES: Final[Mapping[str, Mapping[str, type]]] = {
+    "commands": {"start": str, "text": str, "final": str},
+    "shell_output": {"stdout": str, "stderr": str, "chunks": list},
+}
+"""The path-named fields of a shell call's commands and a hosted shell's output."""
+
+_DIFF: Final = "operation/diff"
+
+
+_Groups = dict[str, dict[int, dict[str, Any]]]
+
+
+def _tool_fields(block: Mapping[str, Any]) -> tuple[dict[str, Any], _Groups]:
+    """The block without its tool path fields, and those fields by name and position (the
+    diff under `_DIFF`, position 0)."""
+    rest: dict[str, Any] = {}
+    tools: _Groups = {}
+    for key, value in block.items():
+        name, slash, tail = key.partition("/")
+        digits, _, leaf = tail.partition("/")
+        expected = _TOOL_LEAVES.get(name, {}).get(leaf)
+        if slash and digits.isdigit() and expected is not None and isinstance(value, expected):
+            tools.setdefault(name, {}).setdefault(int(digits), {})[leaf] = value
+        elif key == _DIFF and isinstance(value, str):
+            tools[_DIFF] = {0: {"diff": value}}
+        else:
+            rest[key] = value
+    return rest, tools
+
+
+def _fold_tools(item: dict[str, Any], groups: _Groups) -> None:
+    """Fold a cut shell call's commands (into `action.commands`), a hosted shell output's
+    pieces (into `output`) and an apply_patch diff (into `operation.diff`) back into the
+    item."""
+    diff = groups.get(_DIFF)
+    if diff:
+        operation = item.get("operation")
+        item["operation"] = {**(operation if isinstance(operation, dict) else {}), **diff[0]}
+    commands = groups.get("commands")
+    if commands:
+        action = item.get("action")
+        action = dict(action) if isinstance(action, dict) else {}
+        listed = action.get("commands")
+        result = [c if isinstance(c, str) else "" for c in as_list(listed)]
+        for index in sorted(commands):
+            pieces = commands[index]
+            final = pieces.get("final")
+            text = (
+                final
+                if isinstance(final, str)
+                else pieces.get("start", "") + pieces.get("text", "")
+            )
+            position = min(index, len(result))
+            if position < len(result):
+                result[position] = text
+            else:
+                result.append(text)
+        action["commands"] = result
+        item["action"] = action
+    outputs = groups.get("shell_output")
+    if outputs:
+        chunks: list[Any] = []
+        for index in sorted(outputs):
+            pieces = outputs[index]
+            whole = pieces.get("chunks")
+            if isinstance(whole, list):
+                chunks.extend(whole)
+            else:
+                chunks.append(
+                    {"stdout": pieces.get("stdout", ""), "stderr": pieces.get("stderr", "")}
+                )
+        item["output"] = chunks
+
+
 def rebuild(block: Mapping[str, Any]) -> tuple[dict[str, Any], set[tuple[str, int]]]:
     """The native item of a cut block, and the (field, position) of each part closed.
 
     Folds the path-named fields of `wire` (`content/<i>`, `content/<i>/text`, …) into
-    the item's `content` / `summary` lists; an open part gets its text so far.
+    the item's `content` / `summary` lists; an open part gets its text so far. A shell
+    call's commands, a hosted shell's output and an apply_patch diff go back to their
+    places in the item the same way.
     """
+    block, tools = _tool_fields(block)
     item: dict[str, Any] = {}
     groups: dict[str, dict[int, dict[str, Any]]] = {}
     for key, value in block.items():
@@ -78,4 +157,5 @@ def rebuild(block: Mapping[str, Any]) -> tuple[dict[str, Any], set[tuple[str, in
             else:
                 result.append(part)
         item[name] = result
+    _fold_tools(item, tools)
     return item, closed

@@ -1,9 +1,9 @@
 """OpenAI Responses API responses → domain drafts.
 
 `decode_stream` reads an SSE body, `decode_message` a non-streamed JSON body (the
-response object, or an HTTP error body), and `detect_and_decode` tells them apart. Each
-yields `ResponseStarted`, the drafts of each output item as it closes (see `items`), then
-`ResponseEnded`. Drafts leave the event envelope at its defaults; the ingest layer records
+response object, the compact endpoint's `response.compaction`, or an HTTP error body),
+and `detect_and_decode` tells them apart. Each yields `ResponseStarted`, the drafts of each
+output item as it closes (see `items`), then `ResponseEnded`. Drafts leave the event envelope at its defaults; the ingest layer records
 them. The response id is the `resp_…` id; stream deltas' `obfuscation` fields are ignored.
 
 A stream cut short, broken by malformed JSON, or ended by an `error` event or
@@ -51,6 +51,9 @@ _FIELDS: Final = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _SSE_START: Final = (b"event:", b"data:", b"id:", b"retry:", b":")
 _BOM: Final = b"\xef\xbb\xbf"
 _SNIFF: Final = 16
+_OBJECTS: Final = frozenset({"response", "response.compaction", None})
+"""Response object types: a response, and the `/v1/responses/compact` endpoint's compacted
+window (its `output` the kept user messages and a `compaction` item; no status)."""
 _NO_REQUEST: Final = RequestContext()
 """The context of a response whose request is unknown (immutable: shared)."""
 
@@ -97,7 +100,7 @@ def decode_message(
     reported = decode_field(fields.get("error"))
     if kind is None and "output" not in fields and isinstance(reported, dict):
         return failed_response(derived_id(body), context, error_info(reported, status))
-    if kind not in ("response", None) or not isinstance(response_id, str) or not response_id:
+    if kind not in _OBJECTS or not isinstance(response_id, str) or not response_id:
         raise DecodeError(f"not an OpenAI response: object {kind!r}, id {response_id!r}")
     if kind is None and "output" not in fields:
         raise DecodeError("not an OpenAI response: no object type and no output")

@@ -1,7 +1,8 @@
 """Hosted tool output items (`web_search_call`, `file_search_call`, `code_interpreter_call`,
 `image_generation_call`, `mcp_call`, `mcp_list_tools`) → their activity: its name, its
 normalized input, the summary of a successful run, and the terminal state its `status`
-reports."""
+reports (a failed one summarized by its `error`: a string, or an MCP error object's
+message). Work that comes as a call item and a result item is in `paired_items`."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import msgspec
 from convstore.adapters.openai.item_fields import as_list, counted, need_str, str_field
 from convstore.domain.vocabulary import Lifecycle
 
-__all__ = ["ACTIVITY_INPUTS", "ACTIVITY_SUMMARIES", "HOSTED_ITEMS", "terminal_state"]
+__all__ = ["ACTIVITY_INPUTS", "ACTIVITY_SUMMARIES", "HOSTED_ITEMS", "mcp_name", "terminal_state"]
 
 
 def _web_search_input(item: Mapping[str, Any]) -> dict[str, Any]:
@@ -21,7 +22,12 @@ def _web_search_input(item: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(action, dict):
         return {}
     kind = action.get("type")
-    keys = {"search": ("query", "queries"), "open_page": ("url",), "find": ("url", "pattern")}
+    keys = {
+        "search": ("query", "queries"),
+        "open_page": ("url",),
+        "find": ("url", "pattern"),
+        "find_in_page": ("url", "pattern"),
+    }
     wanted = keys.get(kind) if isinstance(kind, str) else None
     if wanted is None:
         return {k: v for k, v in action.items() if k != "sources"}
@@ -35,7 +41,7 @@ def _web_search_summary(item: Mapping[str, Any]) -> str:
     kind = action.get("type")
     if kind == "open_page":
         return f"opened {str_field(action, 'url') or 'a page'}"
-    if kind == "find":
+    if kind in ("find", "find_in_page"):
         pattern, url = str_field(action, "pattern") or "", str_field(action, "url") or "a page"
         return f'found "{pattern}" in {url}'
     query = str_field(action, "query")
@@ -113,7 +119,8 @@ ACTIVITY_SUMMARIES: Final[Mapping[str, Callable[[Mapping[str, Any]], str]]] = {
 """Hosted item type → the summary of a successful run."""
 
 
-def _mcp_name(item: Mapping[str, Any]) -> str:
+def mcp_name(item: Mapping[str, Any]) -> str:
+    """`mcp:<server>/<tool>`, the activity name of an MCP tool call (as for Anthropic)."""
     return f"mcp:{str_field(item, 'server_label') or ''}/{need_str(item, 'name')}"
 
 
@@ -122,7 +129,7 @@ HOSTED_ITEMS: Final[Mapping[str, Callable[[Mapping[str, Any]], str]]] = {
     "file_search_call": lambda i: "file_search",
     "code_interpreter_call": lambda i: "code_interpreter",
     "image_generation_call": lambda i: "image_generation",
-    "mcp_call": _mcp_name,
+    "mcp_call": mcp_name,
     "mcp_list_tools": lambda i: f"mcp:{str_field(i, 'server_label') or ''}/tools/list",
 }
 """Hosted item type → the activity name (`mcp:<server>/<tool>` as for Anthropic)."""
@@ -134,15 +141,26 @@ _TERMINAL: Final[Mapping[str, Lifecycle]] = {
 }
 
 
+def _failure(error: Any, fallback: str) -> str:
+    """A short summary of an item's `error`: a string one, or an error object's message
+    (an MCP call's `mcp_protocol_error` / `http_error`), else its type."""
+    message = error if isinstance(error, str) else None
+    if isinstance(error, dict):
+        message = str_field(error, "message") or str_field(error, "type")
+    if not message:
+        return fallback
+    return message if len(message) <= 80 else fallback
+
+
 def terminal_state(item: Mapping[str, Any]) -> tuple[Lifecycle, str] | None:
     """(state, summary-if-failed) from the item's status; None while it still runs."""
     status = item.get("status")
     error = item.get("error")
     if status is None or status == "completed":
         if error not in (None, "", {}):
-            message = error if isinstance(error, str) else "error"
-            return "failed", message if len(message) <= 80 else "error"
+            return "failed", _failure(error, "error")
         return "completed", ""
     if isinstance(status, str) and status in _TERMINAL:
-        return _TERMINAL[status], status
+        state = _TERMINAL[status]
+        return state, _failure(error, status) if state == "failed" else status
     return None

@@ -13,8 +13,8 @@ sliced whole from a response's `output`) into drafts:
 `reasoning`
     A Reasoning whose text is the summary parts, then any `reasoning_text` content, joined
     by blank lines; its payload is the item as `output_item.done` carried it (`id` and
-    `encrypted_content` byte-identical), bound to the model. With no readable text the
-    reasoning is `redacted`.
+    `encrypted_content` byte-identical), bound to the model. With no readable text but an
+    `encrypted_content`, the reasoning is `redacted`; with neither, nothing was withheld.
 `function_call`, and the client tools' call items (`computer_call`, `local_shell_call`,
 `shell_call`, `apply_patch_call`, `custom_tool_call`)
     A ToolCallRequested (call id = `call_id`; arguments parsed from the JSON string, or
@@ -61,6 +61,7 @@ from convstore.adapters.openai.hosted_items import (
     terminal_state,
 )
 from convstore.adapters.openai.item_fields import Malformed, as_list, need_str, str_field
+from convstore.adapters.openai.paired_items import CLOSERS, OPENERS, is_hosted
 from convstore.adapters.wire.assembler import AssembledBlock
 from convstore.domain.events import (
     AssistantText,
@@ -88,8 +89,21 @@ _encode = msgspec.json.encode
 _decode = msgspec.json.decode
 
 
+_NOT_ARGUMENTS: Final = frozenset(
+    {"id", "type", "status", "call_id", "caller", "created_by", "environment", "execution"}
+)
+"""Fields of a typed call item that say where it came from or runs, not what it asks."""
+
+
 def _client_fields(item: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in item.items() if k not in ("id", "type", "status", "call_id")}
+    return {k: v for k, v in item.items() if k not in _NOT_ARGUMENTS}
+
+
+def _search_arguments(item: Mapping[str, Any]) -> dict[str, Any]:
+    arguments = item.get("arguments")
+    if isinstance(arguments, dict):
+        return arguments
+    return {} if arguments is None else {"arguments": arguments}
 
 
 CLIENT_CALLS: Final[
@@ -100,6 +114,7 @@ CLIENT_CALLS: Final[
     "shell_call": (lambda i: "shell", _client_fields),
     "apply_patch_call": (lambda i: "apply_patch", _client_fields),
     "custom_tool_call": (lambda i: need_str(i, "name"), lambda i: {"input": i.get("input")}),
+    "tool_search_call": (lambda i: "tool_search", _search_arguments),
 }
 """Typed client tool call item → (its tool name, its arguments). `function_call` parses its
 JSON `arguments` instead."""
@@ -118,6 +133,10 @@ class ItemMapper:
         self._binding = {"model": model} if model else {}
         self._activities: set[str] = set()
         self._calls: set[str] = set()
+        self._opened: dict[str, dict[str, Any]] = {}
+        """Paired activities started in this response and not yet closed → their input."""
+        self._open_by_kind: dict[str, list[str]] = {}
+        """Opener item type → the activities it started that are still open, in order."""
         self.client_calls = 0
         """ToolCallRequested drafts made: the response then ends with `tool_use`."""
         self.refused = False
@@ -135,7 +154,9 @@ class ItemMapper:
         kind = block.get("type")
         handler = _ITEMS.get(kind) if isinstance(kind, str) else None
         if handler is None and isinstance(kind, str):
-            if kind in HOSTED_ITEMS:
+            if (kind in OPENERS or kind in CLOSERS) and is_hosted(block):
+                handler = ItemMapper._opener if kind in OPENERS else ItemMapper._closer
+            elif kind in HOSTED_ITEMS:
                 handler = ItemMapper._hosted
             elif kind in CLIENT_CALLS:
                 handler = ItemMapper._client_call
@@ -220,12 +241,16 @@ class ItemMapper:
             known = ANNOTATION_SOURCES.get(kind) if isinstance(kind, str) else None
             to_source, to_span = known if known is not None else (unknown_source, span_of)
             span = to_span(annotation)
-            text_range = None
+            text_range, unplaced = None, ""
             if span is not None:
                 start, end = span
                 if 0 <= start <= end <= len(text):
                     text_range = TextRange(start, end)
                 else:
+                    unplaced = (
+                        f"OpenAI's range [{start}, {end}) does not lie in the text "
+                        f"of {len(text)} code points"
+                    )
                     self.dropped_ranges += 1
                     log.warning(
                         "response %s, item %s: %s range [%d, %d) does not lie in its text "
@@ -237,7 +262,9 @@ class ItemMapper:
                         end,
                         len(text),
                     )
-            out.append(Attribution(source=to_source(annotation), range=text_range))
+            out.append(
+                Attribution(source=to_source(annotation), range=text_range, unplaced=unplaced)
+            )
         return tuple(out)
 
     def _reasoning(self, assembled: AssembledBlock, closed: set[tuple[str, int]]) -> list[Event]:
@@ -255,11 +282,14 @@ class ItemMapper:
             # Unsigned: the encrypted content announced before `output_item.done` is not
             # the one to keep (with store=false the two differ).
             return [Reasoning(response_id=self.response_id, text=text)]
+        # Redacted: reasoning that came only as `encrypted_content`. With neither text nor
+        # encrypted content (store=true, no summary asked for) nothing was withheld.
+        encrypted = item.get("encrypted_content")
         return [
             Reasoning(
                 response_id=self.response_id,
                 text=text,
-                redacted=not text,
+                redacted=not text and isinstance(encrypted, str) and bool(encrypted),
                 payload=self.payload(assembled, bound=True),
             )
         ]
@@ -353,6 +383,71 @@ class ItemMapper:
                 summary=summary,
                 payload=payload,
             ),
+        ]
+
+    def _opener(self, assembled: AssembledBlock, closed: set[tuple[str, int]]) -> list[Event]:
+        """A call item of provider-run work whose result comes as another item."""
+        item = assembled.block
+        kind = item["type"]
+        opener = OPENERS[kind]
+        activity_id, name = opener.activity_id(item), opener.name(item)
+        if activity_id in self._activities:
+            raise Malformed("a second item with this id")
+        self._activities.add(activity_id)
+        normalized = opener.normalized(item)
+        payload = self.payload(assembled, version=self.context.version_of(name), bound=True)
+        started = self._activity(
+            activity_id,
+            name=name,
+            state="started",
+            normalized=normalized,
+            summary=opener.pending,
+            payload=payload,
+        )
+        ended = terminal_state(item) if assembled.complete else None
+        if ended is not None and ended[0] == "failed":  # the call itself failed: no result comes
+            failed = self._activity(
+                activity_id,
+                name=name,
+                state="failed",
+                normalized=normalized,
+                summary=ended[1],
+                payload=None,
+            )
+            return [started, failed]
+        self._opened[activity_id] = normalized
+        self._open_by_kind.setdefault(kind, []).append(activity_id)
+        return [started]
+
+    def _closer(self, assembled: AssembledBlock, closed: set[tuple[str, int]]) -> list[Event]:
+        """A result item ending the activity its call item started (see `paired_items`)."""
+        item = assembled.block
+        closer = CLOSERS[item["type"]]
+        named = closer.activity_id(item)
+        waiting = self._open_by_kind.get(closer.opener, [])
+        activity_id = named or (waiting[-1] if waiting else need_str(item, "id"))
+        ended = terminal_state(item) if assembled.complete else None
+        if ended is None:
+            # Cut, or reported still running: kept as it came; its call (if here) stays
+            # started.
+            return [self._partial(assembled) if not assembled.complete else self.unknown(assembled)]
+        if activity_id in self._activities and activity_id not in self._opened:
+            raise Malformed("a second item with this id")
+        self._activities.add(activity_id)
+        normalized = self._opened.pop(activity_id, None)
+        if activity_id in waiting:
+            waiting.remove(activity_id)
+        name = closer.name(item)
+        state, failure = ended
+        return [
+            self._activity(
+                activity_id,
+                name=name,
+                state=state,
+                normalized=closer.normalized(item) if normalized is None else normalized,
+                summary=closer.summary(item) if state == "completed" else failure,
+                payload=self.payload(assembled, version=self.context.version_of(name), bound=True),
+            )
         ]
 
     def _activity(

@@ -61,14 +61,16 @@ RESPONSE_FIELDS: Final = frozenset(
         "status",
         "usage",
         "tool_usage",
-        "error",
-        "incomplete_details",
     }
 )
 """Response fields the events model; any other non-null one (`created_at`, `instructions`,
 `tools`, `reasoning`, `store`, …) is kept in an UnknownArtifact of format
-`response_fields`, from the newest copy of the response object, so nothing is lost."""
+`response_fields`, from the newest copy of the response object, so nothing is lost. The
+`error` and `incomplete_details` that decide how the response ended are kept there too:
+`notices.interpret` reads them (and `moderation`) as the response's notices."""
 
+_UNFINISHED: Final = frozenset({"queued", "in_progress"})
+"""Statuses of a background response fetched before it finished."""
 _OBJECT: Final = msgspec.json.Decoder(dict[str, Any])
 _RAW_LIST: Final = msgspec.json.Decoder(list[msgspec.Raw])
 _ANY: Final = msgspec.json.Decoder()
@@ -248,7 +250,10 @@ class ResponseHead:
         if status == "failed":
             info = error_info(self.error)
             return "failed", status, info
-        message = f"the response ended with status {status!r}"
+        if status in _UNFINISHED:
+            message = f"the response was still {status} (background mode): its result comes later"
+        else:
+            message = f"the response ended with status {status!r}"
         return "abandoned", status, ErrorInfo(type=status, message=message)
 
     def ended(

@@ -11,8 +11,11 @@ Output items are the assembler's blocks, keyed by `output_index`. Nested parts a
 assembled under path-like field names, `content/<i>` (the part as announced),
 `content/<i>/text` (text or refusal pieces), `content/<i>/annotations`,
 `content/<i>/final` (the `.done` text), `content/<i>/done` (the part closed), and the
-same under `summary/<i>` for reasoning summaries; `items.rebuild` folds them back into the
-native item when a stream is cut. A complete item is never rebuilt: `output_item.done`
+same under `summary/<i>` for reasoning summaries. A shell call's commands go to
+`commands/<i>/start|text|final`, a hosted shell output's to `shell_output/<i>/stdout|stderr`
+(pieces) and `shell_output/<i>/chunks` (the `.done` output), an apply_patch diff to
+`operation/diff`; `cut_items.rebuild` folds them all back into the native item when a
+stream is cut. A complete item is never rebuilt: `output_item.done`
 carries it whole.
 """
 
@@ -45,6 +48,11 @@ class StreamEvent(msgspec.Struct, gc=False):
     arguments: str | None = None
     code: Any = None
     """The code of `code_interpreter_call_code.done`, or an `error` event's error code."""
+    command_index: int | None = None
+    """The shell command a `shell_call_command.*` / `shell_call_output_content.*` event is
+    about."""
+    command: str | None = None
+    diff: str | None = None
     input: Any = None
     partial_image_b64: str | None = None
     message: Any = None
@@ -53,6 +61,8 @@ class StreamEvent(msgspec.Struct, gc=False):
     part: msgspec.Raw = _ABSENT
     annotation: msgspec.Raw = _ABSENT
     response: msgspec.Raw = _ABSENT
+    output: msgspec.Raw = _ABSENT
+    """The output chunks of `shell_call_output_content.done`."""
 
 
 EVENT: Final = msgspec.json.Decoder(StreamEvent)
@@ -87,6 +97,16 @@ def _summary_key(event: StreamEvent, leaf: str) -> str | None:
     return None if index is None or index < 0 else f"summary/{index}/{leaf}"
 
 
+def _command_key(event: StreamEvent, leaf: str) -> str | None:
+    index = event.command_index
+    return None if index is None or index < 0 else f"commands/{index}/{leaf}"
+
+
+def _shell_output_key(event: StreamEvent, leaf: str) -> str | None:
+    index = event.command_index
+    return None if index is None or index < 0 else f"shell_output/{index}/{leaf}"
+
+
 def _content_text(event: StreamEvent) -> str | None:
     return _content_key(event, "text")
 
@@ -111,6 +131,7 @@ PIECES: Final[Mapping[str, Callable[[StreamEvent], str | None]]] = {
     "response.mcp_call_arguments.delta": _field("arguments"),
     "response.custom_tool_call_input.delta": _field("input"),
     "response.code_interpreter_call_code.delta": _field("code"),
+    "response.apply_patch_call_operation_diff.delta": _field("operation/diff"),
 }
 """Event type whose string `delta` is a piece of text → the string field of the item
 under assembly it is appended to (None: the event names no valid part). A part's text
@@ -202,6 +223,64 @@ def _partial_image(block: OpenBlock, event: StreamEvent) -> bool:
     return True
 
 
+def _command(leaf: str) -> DeltaApplier:
+    """A shell command as announced (`.added`: `start`) or whole (`.done`: `final`)."""
+
+    def apply(block: OpenBlock, event: StreamEvent) -> bool:
+        key, command = _command_key(event, leaf), event.command
+        if key is None or not isinstance(command, str) or not aimed(block, event):
+            return False
+        block.set(key, command)
+        if leaf == "final":
+            block.forget(key.removesuffix("final") + "text")
+        return True
+
+    return apply
+
+
+def _command_piece(block: OpenBlock, event: StreamEvent) -> bool:
+    key, piece = _command_key(event, "text"), event.delta
+    if key is None or not isinstance(piece, str) or not aimed(block, event):
+        return False
+    block.append_text(key, piece)
+    return True
+
+
+def _shell_output_piece(block: OpenBlock, event: StreamEvent) -> bool:
+    """A piece of a hosted shell command's stdout and/or stderr."""
+    delta = event.delta
+    if not isinstance(delta, dict) or not aimed(block, event):
+        return False
+    pieces = [(name, delta.get(name)) for name in ("stdout", "stderr")]
+    keys = [(_shell_output_key(event, name), piece) for name, piece in pieces if piece is not None]
+    if not keys or any(key is None or not isinstance(piece, str) for key, piece in keys):
+        return False
+    for key, piece in keys:
+        assert key is not None
+        block.append_text(key, piece)
+    return True
+
+
+def _shell_output_done(block: OpenBlock, event: StreamEvent) -> bool:
+    """A hosted shell command's output chunks, whole."""
+    key = _shell_output_key(event, "chunks")
+    try:
+        chunks = msgspec.json.decode(event.output) if event.output else None
+    except msgspec.DecodeError:
+        chunks = None
+    if key is None or not isinstance(chunks, list) or not aimed(block, event):
+        return False
+    block.set(key, chunks)
+    for name in ("stdout", "stderr"):
+        block.forget(key.removesuffix("chunks") + name)
+    return True
+
+
+def _noted(block: OpenBlock, event: StreamEvent) -> bool:
+    """A progress event that changes nothing the item keeps (`compaction.compacting`)."""
+    return aimed(block, event)
+
+
 STATUS_EVENTS: Final[Mapping[str, tuple[str, str]]] = {
     f"response.{item}.{stage}": (item, stage)
     for item, stages in {
@@ -233,6 +312,13 @@ DELTAS: Final[Mapping[str, DeltaApplier]] = {
     "response.custom_tool_call_input.done": _field_done("input", "input"),
     "response.code_interpreter_call_code.done": _field_done("code", "code"),
     "response.image_generation_call.partial_image": _partial_image,
+    "response.shell_call_command.added": _command("start"),
+    "response.shell_call_command.delta": _command_piece,
+    "response.shell_call_command.done": _command("final"),
+    "response.shell_call_output_content.delta": _shell_output_piece,
+    "response.shell_call_output_content.done": _shell_output_done,
+    "response.apply_patch_call_operation_diff.done": _field_done("operation/diff", "diff"),
+    "response.compaction.compacting": _noted,
     **{kind: _status(status) for kind, (_, status) in STATUS_EVENTS.items()},
     **{kind: _append(field_of) for kind, field_of in PIECES.items()},
 }
