@@ -312,9 +312,11 @@ class _InputBuilder:
         if not replay:
             return
         known = self.scan.activities[event.activity_id]
-        if known.terminal is None:
-            if event is known.started and known.started.payload is not None:
-                self.emit(known.started.payload.value)
+        started = known.started.payload if known.started is not None else None
+        if event is known.started and started is not None and started.format == OUTPUT_ITEM:
+            # A pending activity's item, or the call item of work whose result is its own
+            # item (`paired_items`: hosted shell, tool search, MCP approval), in its place.
+            self.emit(started.value)
         elif event is known.terminal and known.terminal.payload is not None:
             self.emit(known.terminal.payload.value)
 
