@@ -1369,3 +1369,20 @@ def test_a_captured_assistant_message_of_parts_without_an_id_goes_as_a_string() 
     assert sorted(loss.kind for loss in encoded.losses) == ["citations", "payload", "payload"]
     payloads = [loss.reason for loss in encoded.losses if loss.kind == "payload"]
     assert all("without its item id" in reason for reason in payloads)
+
+
+@pytest.mark.parametrize(
+    ("name", "annotation"),
+    [("file_search_citation", "file_citation"), ("hosted_tools", "container_file_citation")],
+)
+def test_same_provider_replay_keeps_every_annotation_kind(name: str, annotation: str) -> None:
+    """A message item replayed to OpenAI is its stored item: `file_citation` and
+    `container_file_citation` annotations go back with it, and no citation is lost."""
+    conversation = conversation_through(exchanges(OURS / name)[:1])
+    encoded = encode_request(events_of(conversation), config=DEFAULT)
+    body = body_of(encoded)
+    [message] = [i for i in body["input"] if i.get("type") == "message"]
+    kinds = {a["type"] for part in message["content"] for a in part.get("annotations", [])}
+    assert annotation in kinds
+    assert [loss for loss in encoded.losses if loss.kind == "citations"] == []
+    assert_valid_openai_request(body)

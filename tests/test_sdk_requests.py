@@ -73,8 +73,7 @@ def test_anthropic_checks_blocks_as_request_types() -> None:
         ],
     }
     assert_valid_anthropic_request(body)
-    # a response model's extra field (`citations: None` is fine; `parsed_output` is not a
-    # request field) is refused even though the response model would keep it
+    # a field of no request block (the response models would keep it: checked as blocks)
     body["messages"][1]["content"][0]["parsed_output"] = {}
     with pytest.raises(AssertionError, match=r"messages\[1\]\.content\[0\]\.parsed_output"):
         assert_valid_anthropic_request(body)
