@@ -109,6 +109,10 @@ class Capture:
     status: int
     content_type: str
     streamed: bool
+    path: str = ""
+    """The request's path from its meta (empty where not recorded), e.g. `/v1/messages`."""
+    query: str = ""
+    """The request's query string from its meta, e.g. `alt=sse`."""
 
     def __str__(self) -> str:
         return self.name
@@ -132,6 +136,8 @@ def captures(root: Path, corpus: str) -> list[Capture]:
                 status=int(meta.get("status", 200)),
                 content_type=str(meta.get("content_type", default_type)),
                 streamed=streamed,
+                path=str(meta.get("path", "")),
+                query=str(meta.get("query", "")),
             )
         )
     return found
