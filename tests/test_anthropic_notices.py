@@ -157,3 +157,21 @@ def test_any_fields_read_without_raising_and_tokens_stay_unread(
     assert reading.notices
     for notice in reading.notices:
         assert "fct-" + token not in (notice.code, notice.message, *notice.details.values())
+
+
+@pytest.mark.parametrize(("name", "n"), [("web_search_citations", 1), ("dynamic_filtering", 2)])
+def test_a_web_search_lists_every_page_it_consulted(name: str, n: int) -> None:
+    """Streamed and not; a search called from code execution too."""
+    folder = EXAMPLES / name
+    body = (folder / "2.response.json").read_bytes()
+    results = [b for b in json.loads(body)["content"] if b["type"] == "web_search_tool_result"]
+    found = reading(name, n)
+    searches = [
+        i
+        for turn in found.turns
+        for i in turn.items
+        if isinstance(i, portable.ActivityItem) and i.name == "web_search"
+    ]
+    assert [(i.activity_id, [(s.kind, s.url, s.title) for s in i.sources]) for i in searches] == [
+        (b["tool_use_id"], [("web", r["url"], r["title"]) for r in b["content"]]) for b in results
+    ]

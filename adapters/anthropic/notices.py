@@ -1,4 +1,5 @@
-"""What an Anthropic response said besides its content, read from its stored fields.
+"""What an Anthropic response said besides its content, and the pages its searches
+consulted, read from its stored payloads.
 
 The decoder keeps the message fields the events do not model in an UnknownArtifact of
 format `message_fields` (bytes as received, so replay can use them: the container a
@@ -15,6 +16,9 @@ typed notices for the portable reading, never rewriting it:
 
 Other fields (`stop_sequence`, `diagnostics`, …) have no notice kind: a payload giving no
 notice reads as None and stays an unknown artifact.
+
+A `web_search_tool_result` block (a hosted activity's result payload) reads as the pages
+the search consulted: one web `Source` (url, title) per result, cited or not.
 """
 
 from __future__ import annotations
@@ -25,13 +29,15 @@ from typing import Any, Final
 import msgspec
 
 from convstore.adapters.anthropic.context import PROVIDER
-from convstore.domain.vocabulary import Notice, PayloadReading, ProviderPayload
+from convstore.domain.vocabulary import Notice, PayloadReading, ProviderPayload, Source
 
 __all__ = ["MESSAGE_FIELDS_FORMAT", "interpret"]
 
 MESSAGE_FIELDS_FORMAT: Final = "message_fields"
 """The UnknownArtifact format of a response's unmodelled message fields."""
 
+CONTENT_BLOCK: Final = "content_block"
+_READ: Final = frozenset({MESSAGE_FIELDS_FORMAT, CONTENT_BLOCK})
 _FIELDS: Final = msgspec.json.Decoder(dict[str, Any])
 
 
@@ -82,15 +88,30 @@ def _context_management(management: Any) -> Iterator[Notice]:
         yield Notice(kind="context_management", code=_text(edit.get("type")), details=counters)
 
 
+def _consulted(block: Mapping[str, Any]) -> PayloadReading | None:
+    """The pages a web search result block lists; None for any other block."""
+    results = block.get("content")
+    if block.get("type") != "web_search_tool_result" or not isinstance(results, list):
+        return None
+    sources = tuple(
+        Source(kind="web", url=result["url"], title=_text(result.get("title")) or None)
+        for result in results
+        if isinstance(result, Mapping) and isinstance(result.get("url"), str)
+    )
+    return PayloadReading(sources=sources) if sources else None
+
+
 def interpret(payload: ProviderPayload) -> PayloadReading | None:
-    """The notices of an Anthropic `message_fields` payload; None for any other payload,
-    or one that holds no field a notice types."""
-    if payload.provider != PROVIDER or payload.format != MESSAGE_FIELDS_FORMAT:
+    """The notices of an Anthropic `message_fields` payload, or the sources of a web search
+    result block; None for any other payload, or one that types nothing."""
+    if payload.provider != PROVIDER or payload.format not in _READ:
         return None
     try:
         fields = _FIELDS.decode(payload.raw)
     except (msgspec.DecodeError, RecursionError):
         return None
+    if payload.format == CONTENT_BLOCK:
+        return _consulted(fields)
     notices = (
         *_refusal(fields.get("stop_details")),
         *_container(fields.get("container")),
