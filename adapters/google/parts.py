@@ -33,8 +33,10 @@ oldest open run; results right after a result belong to the same run) end it wit
 terminal transition, made once a part of another kind arrives or the response ends: its
 outcome is the last result's (`completed` on `OUTCOME_OK`, else `failed`), its payload the
 result part (format `part`), or every result part in order as one JSON array (format
-`parts`) — thought-time runs (`"thought": true`) included. Any other part is an
-UnknownArtifact (format `part`).
+`parts`) — thought-time runs (`"thought": true`) included; at a cut, results whose run
+may have had more are kept as a `partial` artifact and the run stays `started`.
+`toolCall` / `toolResponse` (server-side tool invocations) are hosted activities too (see
+`server_tools`). Any other part is an UnknownArtifact (format `part`).
 
 Visible text is not turned into events here: it becomes a `HeldText`, which the stream
 decoder completes into an AssistantText once the candidate's grounding is known.
@@ -50,6 +52,7 @@ from typing import Any, Final, TypeAlias
 import msgspec
 
 from convstore.adapters.google.context import PROVIDER, RequestContext
+from convstore.adapters.google.server_tools import ServerTools
 from convstore.adapters.google.streamed_calls import MalformedPiece, StreamedCall
 from convstore.adapters.wire.assembler import AssembledBlock
 from convstore.domain.events import (
@@ -145,6 +148,7 @@ class PartMapper:
         """Code runs whose results arrived, by activity id, until a part of another kind."""
         self._streamed: StreamedCall | None = None
         """The function call being streamed in pieces, if any."""
+        self._server = ServerTools(response_id)
 
     def __call__(self, assembled: AssembledBlock) -> list[Draft]:
         """The drafts of one closed run (raw None) or one whole part."""
@@ -168,8 +172,20 @@ class PartMapper:
 
     def close(self, *, cut: bool) -> list[Draft]:
         """The drafts still held when the response ends: code results, a streamed call
-        (whole, unless the response was `cut`)."""
-        return [*self._end_results(), *self._end_call(cut=cut)]
+        (whole, unless the response was `cut`: more results or pieces may have been on
+        their way, so they are kept as `partial` artifacts and their run stays open)."""
+        if not cut:
+            return [*self._end_results(), *self._end_call()]
+        version = self.context.version_of("code_execution")
+        kept: list[Draft] = [
+            UnknownArtifact(
+                payload=self._results_payload(results, version, fmt="partial"),
+                response_id=self.response_id,
+            )
+            for results in self._results.values()
+        ]
+        self._results.clear()
+        return [*kept, *self._end_call(cut=True)]
 
     # --- payloads ---
 
@@ -380,20 +396,32 @@ class PartMapper:
         self._results.clear()
         return out
 
-    def _results_payload(self, results: list[AssembledBlock], version: str) -> ProviderPayload:
+    def _results_payload(
+        self, results: list[AssembledBlock], version: str, fmt: str = ""
+    ) -> ProviderPayload:
         if len(results) == 1:
-            return self.payload(results[0], version=version)
+            return self.payload(results[0], fmt=fmt or "part", version=version)
         parts = [
             bytes(r.raw) if r.raw is not None else msgspec.json.encode(r.block) for r in results
         ]
         signed = any(isinstance(r.block.get("thoughtSignature"), str) for r in results)
         return ProviderPayload(
             provider=PROVIDER,
-            format="parts",
+            format=fmt or "parts",
             version=version,
             binding=dict(self._binding) if signed else {},
             value=msgspec.Raw(b"[" + b",".join(parts) + b"]"),
         )
+
+    # --- server-side tool invocations ---
+
+    def _tool_call(self, assembled: AssembledBlock) -> list[Draft]:
+        call = _dict(assembled.block, "toolCall")
+        return [self._server.call(call, self._activities, self.payload(assembled))]
+
+    def _tool_response(self, assembled: AssembledBlock) -> list[Draft]:
+        response = _dict(assembled.block, "toolResponse")
+        return [self._server.response(response, self._activities, self.payload(assembled))]
 
     def open_code(self) -> int:
         """Code runs started without a result (they stay `started`)."""
@@ -404,6 +432,8 @@ _PARTS: Final[Mapping[str, Callable[[PartMapper, AssembledBlock], list[Draft]]]]
     "functionCall": PartMapper._function_call,
     "executableCode": PartMapper._code,
     "codeExecutionResult": PartMapper._code_result,
+    "toolCall": PartMapper._tool_call,
+    "toolResponse": PartMapper._tool_response,
     "text": PartMapper._text,
 }
 """Part field → its mapping, first match wins (a part holds one kind of data)."""

@@ -37,22 +37,39 @@ __all__ = [
 ]
 
 FINISH_REASONS: Final[Mapping[str, FinishReason]] = {
+    "FINISH_REASON_UNSPECIFIED": "other",
     "STOP": "stop",
     "MAX_TOKENS": "length",
+    "CONTINUATION": "length",
     "SAFETY": "content_filter",
     "RECITATION": "content_filter",
+    "LANGUAGE": "other",
+    "OTHER": "other",
     "BLOCKLIST": "content_filter",
     "PROHIBITED_CONTENT": "content_filter",
     "SPII": "content_filter",
+    "MODEL_ARMOR": "content_filter",
+    "ESCALATION": "content_filter",
+    "PUP_LIMITED_DISABLED": "content_filter",
     "IMAGE_SAFETY": "content_filter",
     "IMAGE_PROHIBITED_CONTENT": "content_filter",
     "IMAGE_RECITATION": "content_filter",
+    "IMAGE_OTHER": "other",
+    "NO_IMAGE": "other",
     "MALFORMED_FUNCTION_CALL": "error",
     "UNEXPECTED_TOOL_CALL": "error",
+    "MALFORMED_RESPONSE": "error",
     "MISSING_THOUGHT_SIGNATURE": "error",
+    "TOO_MANY_TOOL_CALLS": "other",
 }
-"""Gemini `finishReason` → the normalized finish reason (anything else: `other`). A
-response that emitted function calls and stopped normally finishes `tool_use`."""
+"""Every documented Gemini `finishReason` (google-genai's `FinishReason`) → the normalized
+finish reason; an undocumented one is `other`. `CONTINUATION` (the per-request token
+limit, to be continued) is `length`; a filter's or a screening's block (`MODEL_ARMOR`,
+`ESCALATION`, an account limited for policy violations) `content_filter`; a call the model
+got wrong (`MALFORMED_FUNCTION_CALL`, `UNEXPECTED_TOOL_CALL`: not declared or not
+enabled) or a malformed request or response `error`; the server-side tool loop stopped
+(`TOO_MANY_TOOL_CALLS`) `other`, as Gemini has no continuation for it. A response that
+emitted function calls and stopped normally finishes `tool_use`."""
 
 USAGE_TOKENS: Final[Mapping[str, str]] = {
     "promptTokenCount": "input_tokens",
