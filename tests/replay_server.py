@@ -111,8 +111,6 @@ class Capture:
     streamed: bool
     path: str = ""
     """The request's path from its meta (empty where not recorded), e.g. `/v1/messages`."""
-    query: str = ""
-    """The request's query string from its meta, e.g. `alt=sse`."""
 
     def __str__(self) -> str:
         return self.name
@@ -137,7 +135,6 @@ def captures(root: Path, corpus: str) -> list[Capture]:
                 content_type=str(meta.get("content_type", default_type)),
                 streamed=streamed,
                 path=str(meta.get("path", "")),
-                query=str(meta.get("query", "")),
             )
         )
     return found

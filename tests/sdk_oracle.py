@@ -5,9 +5,10 @@ in a store, folded by `portable.fold`) and by the provider's SDK (`sdk_readers`)
 both readings are put in one comparable shape, `Reading`. `differences` lists every field
 where they disagree, one readable line each. What is compared: text blocks; citations
 (source, title, and the text the provider's offsets point at); client tool calls (id,
-name, arguments); hosted activities (id, name, finished or not); reasoning (its text and
-a digest of its opaque value, never the value); the stop reason; usage counters under
-the provider's own names; and the error of a failed response.
+name, arguments); hosted activities (id, name, finished or not) and the sources they
+list; reasoning (its text and a digest of its opaque value, never the value); the stop
+reason; usage counters under the provider's own names; and the error of a failed
+response.
 
 Where the SDK offers no id (Gemini calls and code execution) or no arguments worth
 comparing, the SDK side holds None and that part is not compared.
@@ -78,6 +79,16 @@ class Hosted:
 
 
 @dataclass(frozen=True)
+class Consulted:
+    """A source a hosted activity consulted, as the provider listed it (cited or not)."""
+
+    activity: str | None
+    """The activity's id; None on the SDK side where the provider gives none (Gemini)."""
+    url: str | None
+    title: str | None
+
+
+@dataclass(frozen=True)
 class Thought:
     """A reasoning item: its readable text and a digest of its opaque value."""
 
@@ -95,6 +106,7 @@ class Reading:
     citations: list[Cite] = field(default_factory=list)
     calls: list[Call] = field(default_factory=list)
     hosted: list[Hosted] = field(default_factory=list)
+    sources: list[Consulted] = field(default_factory=list)
     reasoning: list[Thought] = field(default_factory=list)
     stop_reason: str | None = None
     usage: dict[str, int] = field(default_factory=dict)
@@ -157,9 +169,14 @@ def _wild_thought(ours: Thought, sdk: Thought) -> Thought:
     return Thought(text=ours.text, opaque=None if sdk.opaque is None else ours.opaque)
 
 
+def _wild_source(ours: Consulted, sdk: Consulted) -> Consulted:
+    return Consulted(None if sdk.activity is None else ours.activity, ours.url, ours.title)
+
+
 _WILDCARDS: Mapping[str, Any] = {
     "calls": _wild_call,
     "hosted": _wild_hosted,
+    "sources": _wild_source,
     "reasoning": _wild_thought,
 }
 
@@ -341,6 +358,12 @@ def our_reading(provider: str, capture: Capture) -> Reading:
             Hosted(i.activity_id, i.name, i.state != "started")
             for i in mine
             if isinstance(i, ActivityItem)
+        ],
+        sources=[
+            Consulted(i.activity_id, s.url, s.title)
+            for i in mine
+            if isinstance(i, ActivityItem)
+            for s in i.sources
         ],
         stop_reason=response.stop_reason,
         usage=_provider_usage(provider, response.usage),

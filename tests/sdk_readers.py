@@ -26,7 +26,16 @@ from google.genai import errors as genai_errors
 from google.genai import types as genai_types
 
 from tests.replay_server import Capture, ReplayServer, Reply
-from tests.sdk_oracle import Call, Cite, Hosted, Reading, Thought, digest, flat_counters
+from tests.sdk_oracle import (
+    Call,
+    Cite,
+    Consulted,
+    Hosted,
+    Reading,
+    Thought,
+    digest,
+    flat_counters,
+)
 
 MODEL = "oracle-model"
 """The model named in the SDK's request (the server answers with the capture whatever it is)."""
@@ -158,7 +167,11 @@ def _anthropic_message(message: Any) -> Reading:
             )
             uses.add(block.id)
             reading.hosted.append(Hosted(block.id, name, block.id in results))
-        elif kind.endswith("_tool_result") and block.tool_use_id not in uses:
+        if kind == "web_search_tool_result" and isinstance(block.content, list):
+            reading.sources.extend(
+                Consulted(block.tool_use_id, result.url, result.title) for result in block.content
+            )
+        if kind.endswith("_tool_result") and block.tool_use_id not in uses:
             # the result of a use made in an earlier response (e.g. after `pause_turn`);
             # an MCP result does not name its tool
             name = None if kind == "mcp_tool_result" else kind.removesuffix("_tool_result")
@@ -184,6 +197,7 @@ OPENAI_HOSTED: Mapping[str, Callable[[Any], str]] = {
     "tool_search_call": lambda item: "tool_search",
     "mcp_call": lambda item: f"mcp:{item.server_label}/{item.name}",
     "mcp_list_tools": lambda item: f"mcp:{item.server_label}/tools/list",
+    "mcp_approval_request": lambda item: f"mcp:{item.server_label}/{item.name}",
 }
 """Provider-run output items and the activity name each is read as."""
 
@@ -225,8 +239,10 @@ def openai_reading(capture: Capture) -> Reading:
     if response is None:  # cut by an `error` event: what the SDK accumulated
         return Reading(texts=[partial[key] for key in sorted(partial)], error=error)
     reading = _openai_response(response, kept)
-    if response.error is not None:
-        reading.error = (response.error.code, response.error.message)
+    failure = response.error
+    if failure is not None:  # its type where it gives one (as HTTP error bodies do), else its code
+        kind = getattr(failure, "type", None) or failure.code
+        reading.error = (str(kind), failure.message)
     return reading
 
 
@@ -256,12 +272,33 @@ def _openai_response(response: Any, kept: Mapping[str, str | None]) -> Reading:
             reading.calls.append(Call(item.call_id, item.name, _arguments(item.arguments)))
         elif kind == "custom_tool_call":
             reading.calls.append(Call(item.call_id, item.name, {"input": item.input}))
+        elif kind == "shell_call" and _in_container(item):  # OpenAI runs it, answers it
+            finished = item.status not in RUNNING
+            reading.hosted.append(Hosted(item.call_id, "shell", finished))
+        elif kind == "tool_search_call" and item.execution == "client":
+            arguments = item.arguments
+            parsed = _arguments(arguments) if isinstance(arguments, str) else arguments
+            reading.calls.append(Call(item.call_id, "tool_search", parsed))
         elif kind in OPENAI_CLIENT_CALLS:
             reading.calls.append(Call(item.call_id, OPENAI_CLIENT_CALLS[kind]))
         elif kind in OPENAI_HOSTED:
-            finished = getattr(item, "status", None) not in RUNNING
-            reading.hosted.append(Hosted(item.id, OPENAI_HOSTED[kind](item), finished))
+            # an approval request awaits the client; an approved call continues its activity
+            status = getattr(item, "status", None)
+            finished = kind != "mcp_approval_request" and status not in RUNNING
+            activity = getattr(item, "approval_request_id", None) or item.id
+            reading.hosted.append(Hosted(activity, OPENAI_HOSTED[kind](item), finished))
+            action = getattr(item, "action", None)
+            reading.sources.extend(
+                Consulted(item.id, source.url, None)
+                for source in getattr(action, "sources", None) or ()
+                if getattr(source, "url", None)
+            )
     return reading
+
+
+def _in_container(item: Any) -> bool:
+    environment = getattr(item, "environment", None)
+    return getattr(environment, "type", None) == "container_reference"
 
 
 def _arguments(arguments: str) -> Any:
@@ -433,6 +470,7 @@ def merged_reading(chunks: Iterable[genai_types.GenerateContentResponse]) -> Rea
     finish, feedback = merged["finish"], merged["feedback"]
     stop = finish or (feedback.block_reason if feedback is not None else None)
     usage = merged["usage"]
+    consulted: list[Consulted] = []
     reading = Reading(
         texts=[visible] if visible else [],
         reasoning=[Thought(thought)] if thought else [],
@@ -441,7 +479,8 @@ def merged_reading(chunks: Iterable[genai_types.GenerateContentResponse]) -> Rea
             for p in parts
             if p.function_call is not None
         ],
-        hosted=_gemini_hosted(parts, merged),
+        hosted=_gemini_hosted(parts, merged, consulted),
+        sources=consulted,
         citations=_grounded(visible, merged["grounding"]),
         stop_reason=None if stop is None else str(getattr(stop, "value", stop)),
         usage={}
@@ -451,7 +490,11 @@ def merged_reading(chunks: Iterable[genai_types.GenerateContentResponse]) -> Rea
     return reading
 
 
-def _gemini_hosted(parts: list[Any], merged: Mapping[str, Any]) -> list[Hosted]:
+def _gemini_hosted(
+    parts: list[Any], merged: Mapping[str, Any], sources: list[Consulted]
+) -> list[Hosted]:
+    """The hosted activities of a Gemini answer; the sources its search lists go to
+    `sources`."""
     hosted: list[Hosted] = []
     code: dict[str | None, int] = {}
     answered = {p.tool_response.id for p in parts if p.tool_response is not None}
@@ -475,6 +518,11 @@ def _gemini_hosted(parts: list[Any], merged: Mapping[str, Any]) -> list[Hosted]:
     grounding = merged["grounding"]
     if grounding is not None and (grounding.web_search_queries or grounding.search_entry_point):
         hosted.append(Hosted(None, "web_search", True))
+        sources.extend(
+            Consulted(None, chunk.web.uri, chunk.web.title)
+            for chunk in grounding.grounding_chunks or ()
+            if chunk.web is not None
+        )
     if merged["urls"] is not None:
         hosted.append(Hosted(None, "url_context", True))
     return hosted
@@ -482,7 +530,8 @@ def _gemini_hosted(parts: list[Any], merged: Mapping[str, Any]) -> list[Hosted]:
 
 def _grounded(visible: str, grounding: Any) -> list[Cite]:
     """Each grounding support's sources with the text its UTF-8 byte offsets (over the
-    visible text parts joined) point at; None where they do not fit."""
+    visible text parts joined) point at; None where they do not fit: out of the text, cut
+    inside a character, or not the segment's own `text`."""
     if grounding is None:
         return []
     data = visible.encode()
@@ -498,6 +547,8 @@ def _grounded(visible: str, grounding: Any) -> list[Cite]:
             )
         except UnicodeDecodeError:
             pointed = None
+        if segment is not None and segment.text is not None and pointed != segment.text:
+            pointed = None  # the offsets contradict the provider's own segment text
         for index in support.grounding_chunk_indices or ():
             source = sources[index] if 0 <= index < len(sources) else None
             place = None if source is None else source.web or source.retrieved_context
