@@ -13,7 +13,6 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +53,7 @@ from convstore.domain.events import (
 )
 from convstore.domain.responses import ResponseRecorder
 from convstore.domain.vocabulary import CallId, Source, TextRange, TurnId
+from tests.gemini_reference import whole_calls
 
 WIRE = Path(__file__).resolve().parents[2] / "shared" / "wire" / "gemini"
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "google"
@@ -199,28 +199,7 @@ class Facts:
 
     def calls(self) -> list[dict[str, Any]]:
         """The function call parts, a call streamed in pieces as one whole part."""
-        out: list[dict[str, Any]] = []
-        open_call: dict[str, Any] | None = None
-        for part in self.parts:
-            call = part.get("functionCall")
-            if call is None:
-                continue
-            if open_call is not None and not call.get("name"):
-                apply_pieces(open_call["functionCall"]["args"], call.get("partialArgs", []))
-                if not call.get("willContinue"):
-                    out.append(open_call)
-                    open_call = None
-                continue
-            if call.get("willContinue") or "partialArgs" in call:
-                whole = {k: v for k, v in call.items() if k not in ("willContinue", "partialArgs")}
-                open_call = {**part, "functionCall": {**whole, "args": {}}}
-                apply_pieces(open_call["functionCall"]["args"], call.get("partialArgs", []))
-                if not call.get("willContinue"):
-                    out.append(open_call)
-                    open_call = None
-                continue
-            out.append(part)
-        return out + ([open_call] if open_call is not None else [])
+        return [p for p in whole_calls(self.parts) if "functionCall" in p]
 
     def code_results(self) -> list[list[dict[str, Any]]]:
         """The result parts of each code run, grouped: consecutive results and results
@@ -248,45 +227,6 @@ class Facts:
                     groups.append([part])
             previous = part
         return groups
-
-
-def apply_pieces(args: dict[str, Any], pieces: list[dict[str, Any]]) -> None:
-    """A plain reading of `partialArgs`: each value set at its JSON path, a string
-    continued when the same path had `willContinue`."""
-    for piece in pieces:
-        keys = [
-            int(index) if index else name or quoted
-            for name, index, quoted in re.findall(
-                r"\.(\w+)|\[(\d+)\]|\['([^']*)'\]", piece["jsonPath"]
-            )
-        ]
-        value_keys = [
-            k for k in ("stringValue", "numberValue", "boolValue", "nullValue") if k in piece
-        ]
-        if not value_keys:
-            continue
-        value = None if value_keys[0] == "nullValue" else piece[value_keys[0]]
-        node: Any = args
-        for key, following in pairwise(keys):
-            if isinstance(node, list):
-                node.extend([None] * (key + 1 - len(node)))
-                node[key] = (
-                    node[key]
-                    if node[key] is not None
-                    else ([] if isinstance(following, int) else {})
-                )
-            else:
-                node.setdefault(key, [] if isinstance(following, int) else {})
-            node = node[key]
-        last = keys[-1]
-        if isinstance(node, list):
-            node.extend([None] * (last + 1 - len(node)))
-            current = node[last]
-        else:
-            current = node.get(last)
-        if isinstance(current, str) and isinstance(value, str):
-            value = current + value
-        node[last] = value
 
 
 def read_facts(body: bytes) -> Facts:
