@@ -141,6 +141,21 @@ KNOWN_EVENTS = {
         for item in ("web_search_call", "file_search_call", "code_interpreter_call")
         for stage in ("in_progress", "searching", "interpreting", "completed", "failed")
     ),
+    *(
+        f"response.{item}.{stage}"
+        for item in ("mcp_call", "mcp_list_tools")
+        for stage in ("in_progress", "completed", "failed")
+    ),
+    "response.mcp_call_arguments.delta",
+    "response.mcp_call_arguments.done",
+    "response.shell_call_command.added",
+    "response.shell_call_command.delta",
+    "response.shell_call_command.done",
+    "response.shell_call_output_content.delta",
+    "response.shell_call_output_content.done",
+    "response.apply_patch_call_operation_diff.delta",
+    "response.apply_patch_call_operation_diff.done",
+    "response.compaction.compacting",
 }
 HOSTED = {
     "web_search_call": "web_search",
@@ -150,8 +165,32 @@ HOSTED = {
     "mcp_call": "mcp",
     "mcp_list_tools": "mcp",
 }
-CLIENT = {"function_call", "computer_call"}
-KNOWN_ITEMS = {"message", "reasoning", *HOSTED, *CLIENT}
+CLIENT = {
+    "function_call",
+    "computer_call",
+    "local_shell_call",
+    "shell_call",
+    "apply_patch_call",
+    "custom_tool_call",
+    "tool_search_call",
+}
+PAIRED = {"shell_call_output", "tool_search_output", "mcp_approval_request"}
+"""Items of provider-run work that comes as a call item and a result item (tests/
+test_openai_items.py checks them)."""
+KNOWN_ITEMS = {"message", "reasoning", *HOSTED, *CLIENT, *PAIRED}
+
+
+def is_client_call(item: dict[str, Any]) -> bool:
+    """A call the client runs: a hosted shell or a server-run tool search is not one."""
+    if item["type"] not in CLIENT:
+        return False
+    environment = item.get("environment") or {}
+    return environment.get("type") != "container_reference" and item.get("execution") != "server"
+
+
+def is_single_hosted(item: dict[str, Any]) -> bool:
+    """A hosted item that is the whole activity (an approved MCP call closes its request's)."""
+    return item["type"] in HOSTED and not item.get("approval_request_id")
 
 
 @dataclass
@@ -273,7 +312,7 @@ def test_capture_finish_reason_and_usage(exchange: Exchange) -> None:
     elif facts.status == "incomplete":
         reason = facts.final["incomplete_details"]["reason"]  # type: ignore[index]
         expected = {"max_output_tokens": "length", "content_filter": "content_filter"}[reason]
-    elif facts.of_type(*CLIENT):
+    elif any(is_client_call(i) for i in facts.items):
         expected = "tool_use"
     elif any(p["type"] == "refusal" for p in parts):
         expected = "refusal"
@@ -299,9 +338,10 @@ def test_capture_finish_reason_and_usage(exchange: Exchange) -> None:
 def test_capture_hosted_activities(exchange: Exchange) -> None:
     """A `started` and a terminal transition per hosted item; the item is the payload."""
     facts = read_facts(exchange.response)
-    hosted = facts.of_type(*HOSTED)
+    hosted = [i for i in facts.items if is_single_hosted(i)]
     events = exchange.decode()
-    activities = only(events, HostedActivity)
+    single = {i["id"] for i in hosted}
+    activities = [a for a in only(events, HostedActivity) if a.activity_id in single]
     started = [a for a in activities if a.state == "started"]
     ended = [a for a in activities if a.state != "started"]
     assert [a.activity_id for a in started] == [i["id"] for i in hosted]
@@ -314,7 +354,8 @@ def test_capture_hosted_activities(exchange: Exchange) -> None:
         assert activity.payload is not None and activity.payload.format == "output_item"
         assert activity.payload.binding == {"model": events[0].model}  # type: ignore[attr-defined]
         if activity.state == "failed":
-            assert activity.summary == status
+            error = item.get("error")
+            assert activity.summary == (error["message"] if isinstance(error, dict) else status)
         action = item.get("action") or {}
         if item["type"] == "web_search_call" and action.get("type") == "search":
             assert activity.input["query"] == action["query"]
@@ -382,7 +423,7 @@ def test_capture_tool_calls_and_reasoning(exchange: Exchange) -> None:
     facts = read_facts(exchange.response)
     events = exchange.decode()
     requested = only(events, ToolCallRequested)
-    calls = facts.of_type(*CLIENT)
+    calls = [i for i in facts.items if is_client_call(i)]
     assert [r.call_id for r in requested] == [c["call_id"] for c in calls]
     for event, call in zip(requested, calls, strict=True):
         if call["type"] == "function_call":
@@ -397,7 +438,7 @@ def test_capture_tool_calls_and_reasoning(exchange: Exchange) -> None:
         assert event.payload.binding == {"model": events[0].model}  # type: ignore[attr-defined]
         readable = [s["text"] for s in item.get("summary") or () if s["text"]]
         assert event.text == "\n\n".join(readable)
-        assert event.redacted == (not readable)
+        assert event.redacted == (not readable and bool(item.get("encrypted_content")))
         added = facts.added.get(item["id"], {}).get("encrypted_content")
         if added is not None:  # store=false: the announced value is not the one kept
             assert payload_json(event)["encrypted_content"] != added

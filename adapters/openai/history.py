@@ -8,9 +8,10 @@ item by item, by position:
   with images or files, an `item_reference`, …) → an `UnknownArtifact` of format
   `input_item`, replayed to OpenAI as captured, in its place;
 - a call output (`function_call_output`, `custom_tool_call_output`, `computer_call_output`,
-  …) answering a call the conversation holds open → `ToolCallResponded` (its text as
-  `content`, the item as an `input_item` payload so replay sends it back unchanged); one
-  answering nothing known → an `UnknownArtifact` `input_item`;
+  `local_shell_call_output`, `shell_call_output`, `apply_patch_call_output`, a client-run
+  `tool_search_output`) answering a call the conversation holds open → `ToolCallResponded`
+  (its text as `content`, the item as an `input_item` payload so replay sends it back
+  unchanged); one answering nothing known → an `UnknownArtifact` `input_item`;
 - consecutive assistant-side items (assistant messages, `reasoning`, `function_call` and
   the typed client calls, hosted call items, unknown output item types) → one response of
   origin `request`: `ResponseStarted(origin="request")` with the id
@@ -161,9 +162,14 @@ def _side(item: dict[str, Any]) -> str:
     if _is_message(item):
         return "assistant" if item.get("role") == "assistant" else "user"
     kind = item.get("type")
-    if kind in _OUTPUTS or kind in _USER_SIDE:
+    if kind in _OUTPUTS or kind in _USER_SIDE or _client_search_output(item):
         return "user"
     return "assistant"
+
+
+def _client_search_output(item: dict[str, Any]) -> bool:
+    """A `tool_search_output` the client ran (a server-run one is the provider's item)."""
+    return item.get("type") == "tool_search_output" and item.get("execution") == "client"
 
 
 def _texts(content: Any) -> tuple[str, ...] | None:
@@ -315,7 +321,8 @@ def _user(raw: bytes, item: dict[str, Any], calls: set[str]) -> Event:
             return UserMessage(blocks=texts)
         return UnknownArtifact(payload=_payload(raw))
     call_id = item.get("call_id")
-    if item.get("type") in _OUTPUTS and isinstance(call_id, str) and call_id in calls:
+    answers = item.get("type") in _OUTPUTS or _client_search_output(item)
+    if answers and isinstance(call_id, str) and call_id in calls:
         calls.discard(call_id)
         return ToolCallResponded(
             call_id=CallId(call_id), content=_output_text(item.get("output")), payload=_payload(raw)
@@ -324,13 +331,17 @@ def _user(raw: bytes, item: dict[str, Any], calls: set[str]) -> Event:
 
 
 def _output_text(output: Any) -> str:
+    """A call output's text: a string, or its parts' texts (a shell output's stdout and
+    stderr), one a line."""
     if isinstance(output, str):
         return output
     if isinstance(output, list):
         return "\n".join(
-            part["text"]
+            text
             for part in output
-            if isinstance(part, dict) and isinstance(part.get("text"), str)
+            if isinstance(part, dict)
+            for text in (part.get("text"), part.get("stdout"), part.get("stderr"))
+            if isinstance(text, str) and (text or "text" in part)
         )
     return ""
 
