@@ -216,9 +216,9 @@ def item_key(item: Any) -> tuple[Any, ...]:
         if texts is None:
             return ("message", item.get("role"), msgspec.json.encode(content))
         return ("message", item.get("role"), tuple(t for t in texts if t))
-    if kind in _CALLS:
+    if kind in _CALLS or (kind == "tool_search_call" and item.get("execution") == "client"):
         return ("call", item.get("call_id"))
-    if kind in _OUTPUTS:
+    if kind in _OUTPUTS or _client_search_output(item):
         return ("output", item.get("call_id"))
     if kind == "reasoning":
         return (kind, item.get("id") or item.get("encrypted_content"))
