@@ -11,6 +11,8 @@ into a `ConversationAudit`:
   flagged when it never finished (`pending` or `interrupted`), failed or was abandoned;
 - **tool calls**: client tool calls, flagged `orphaned` (never answered) or `synthetic`
   (answered by a repair);
+- **unplaced citations**, per turn: citations kept without a range because the provider's
+  offsets did not fit the text (`Attribution.unplaced`), with their source and the reason;
 - **payloads**: an inventory of every ProviderPayload (provider, format, version, size in
   bytes): never its value;
 - **head**: the newest event's hash and version, to anchor elsewhere (`convstore anchor`).
@@ -32,6 +34,7 @@ from typing import Any, Final, Literal
 import msgspec
 
 from convstore.domain.events import (
+    AssistantText,
     Event,
     HostedActivity,
     ResponseEnded,
@@ -52,6 +55,7 @@ from convstore.domain.vocabulary import (
     ProviderPayload,
     ResponseId,
     ResponseOrigin,
+    SourceKind,
     TurnId,
     TurnTrigger,
     Usage,
@@ -183,6 +187,19 @@ class HostedSpend(msgspec.Struct, frozen=True, kw_only=True):
     failed) activity may or may not have been counted, so either end of the range agrees."""
 
 
+class UnplacedCitation(msgspec.Struct, frozen=True, kw_only=True):
+    """A citation kept without a range: the provider's offsets did not fit its text."""
+
+    event_version: int
+    """The version of the AssistantText carrying it."""
+    response_id: ResponseId | None
+    kind: SourceKind
+    url: str | None
+    title: str | None
+    reason: str
+    """Why it has no range, e.g. that the offsets lie outside the text."""
+
+
 class TurnAudit(msgspec.Struct, kw_only=True):
     """One turn: one user query and every round-trip until the assistant yielded."""
 
@@ -204,6 +221,8 @@ class TurnAudit(msgspec.Struct, kw_only=True):
     `response_failed`, `response_abandoned`, `activity_never_finished`, `activity_pending`,
     `activity_interrupted`, `activity_failed`, `activity_abandoned`, `tool_call_orphaned`,
     `tool_call_synthetic`, `hosted_count_differs`."""
+    unplaced: list[UnplacedCitation] = []
+    """Citations of the turn's text kept without a range, in event order."""
 
 
 class PayloadEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -312,6 +331,23 @@ class AuditFold:
             tool_calls=[],
             spend=[],
             flags=[],
+        )
+
+    def _text(self, event: AssistantText) -> None:
+        turn = self.turns.get(self.open_turn) if self.open_turn is not None else None
+        if turn is None:
+            return
+        turn.unplaced.extend(
+            UnplacedCitation(
+                event_version=event.originator_version,
+                response_id=event.response_id,
+                kind=a.source.kind,
+                url=a.source.url,
+                title=a.source.title,
+                reason=a.unplaced,
+            )
+            for a in event.attributions
+            if a.unplaced
         )
 
     def _turn_ended(self, event: TurnEnded) -> None:
@@ -484,6 +520,7 @@ _HANDLERS: Final[dict[type[Event], Any]] = {
     Started: AuditFold._started,
     TurnStarted: AuditFold._turn_started,
     TurnEnded: AuditFold._turn_ended,
+    AssistantText: AuditFold._text,
     ResponseStarted: AuditFold._response_started,
     ResponseEnded: AuditFold._response_ended,
     HostedActivity: AuditFold._activity,
@@ -661,6 +698,13 @@ def audit_lines(report: ConversationAudit) -> Iterator[str]:
         yield from _turn_body(by_turn.get(turn.turn_id, []), activities.get(turn.turn_id, []))
         for spend in turn.spend:
             yield f"    {_spend_line(spend)}"
+        for citation in turn.unplaced:
+            source = _one(citation.url or citation.title or citation.kind)
+            title = f' "{_one(citation.title)}"' if citation.title and citation.url else ""
+            yield (
+                f"    citation without a range v{citation.event_version}: {source}{title}"
+                f" · {_one(citation.reason)}"
+            )
     outside = by_turn.get(None, []), activities.get(None, [])
     if outside[0] or outside[1]:
         yield "  outside any turn"

@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import jsonschema
 import msgspec
 import pytest
 
@@ -512,3 +513,41 @@ def test_audit_of_unreadable_stored_events_exits_5(
     assert code == 5
     assert str(good) in out and f"conversation {bad} cannot be read" in err
     assert cli.main(["--db", url, "audit", str(bad)]) == 5
+
+
+def test_citations_without_a_range_are_listed_per_turn_with_their_reason(
+    url: str, store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Gemini grounding support whose offsets do not fit the text keeps its source: the
+    audit lists it in its turn with the reason, as text and in --json (valid against the
+    command's schema)."""
+    folder = EXAMPLES.parent / "google" / "grounding_unplaced"
+    report = ingest(
+        store.service,
+        "google",
+        [folder / "1.response.json"],
+        request=(folder / "1.request.json").read_bytes(),
+    )
+    assert report.exit_code == 0 and report.conversation_id is not None
+    conversation = report.conversation_id
+    (turn,) = audited(store.service, conversation).turns
+    reasons = [(c.url, c.title, bool(c.reason)) for c in turn.unplaced]
+    assert reasons == [
+        ("https://example.org/tarifs", "example.org", True),
+        ("https://example.org/tarifs", "example.org", True),
+        ("https://example.net/agenda", "example.net", True),
+        ("https://example.net/agenda", "example.net", True),
+    ]
+    assert cli.main(["--db", url, "audit", str(conversation)]) == 0
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if "citation without a range" in line]
+    assert len(lines) == 4
+    assert 'https://example.org/tarifs "example.org" · the text at the segment' in lines[0]
+    assert cli.main(["--db", url, "audit", str(conversation), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    schema = json.loads(
+        (EXAMPLES.parents[1] / "adapters" / "cli" / "schemas" / "audit.schema.json").read_text()
+    )
+    jsonschema.Draft202012Validator(schema).validate(data)
+    (turn_data,) = data["turns"]
+    assert [c["reason"] for c in turn_data["unplaced"]] == [c.reason for c in turn.unplaced]
