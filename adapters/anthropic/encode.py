@@ -53,7 +53,10 @@ Settings
     override; hosted tools follow `config.hosted_tools` (`enable = true` declares the tool
     with this adapter's native version, `false` removes it, absent keeps what was
     recorded) except that a pending activity keeps its recorded declaration. Every hosted
-    tool declared is validated against the model and endpoint (ConfigurationError).
+    tool declared is validated against the model and endpoint (ConfigurationError). MCP
+    servers (`mcp_servers`, `mcp_toolset` tools) are hosted declarations `mcp:<server>`:
+    replayed as recorded, with the connector's beta header (`mcp-client-2025-11-20`, or
+    `mcp-client-2025-04-04` for servers no toolset configures).
 
 tool_choice is never broadened to hosted tools
     `any` with hosted tools declared becomes `{"type": "tool"}` naming the only client
