@@ -159,12 +159,15 @@ def test_streaming_through_the_client_decodes_like_the_file(
     server: ReplayServer, client: GeminiClient, capture: Capture
 ) -> None:
     context = RequestContext.from_body(capture.request) if capture.request else None
-    server.enqueue(Reply.of(capture, chunk_size=37))
+    retried = capture.status == 429 or capture.status >= 500  # answered alike each time
+    for _ in range(FAST.max_attempts if retried else 1):
+        server.enqueue(Reply.of(capture, chunk_size=37))
     model = model_of(capture)
     via_client: list[Event]
     if capture.status != 200:
         with pytest.raises(ProviderHTTPError) as e:
             client.generate_content(model, request_of(capture))
+        assert e.value.status == capture.status
         assert KEY not in everything_visible(e.value)
         via_client = list(detect_and_decode(e.value.body, request=context, status=e.value.status))
     elif shape(capture) == "sse":
@@ -217,6 +220,28 @@ def test_a_429_is_retried_then_succeeds(
     assert all(r.headers["x-goog-api-key"] == KEY for r in server.requests)
     assert "answered HTTP 429; retrying" in caplog.text
     assert KEY not in caplog.text
+
+
+def test_a_json_429_answering_an_sse_request_is_a_typed_error_and_a_failed_response(
+    server: ReplayServer, client: GeminiClient
+) -> None:
+    """A quota error answering `streamGenerateContent?alt=sse` is a JSON body, not an event
+    stream: once the retries run out it is a ProviderHTTPError whose body records a failed
+    response with the error's status and message."""
+    capture = ours("errors/5")
+    assert capture.status == 429
+    for _ in range(FAST.max_attempts):
+        server.enqueue(Reply.of(capture))
+    with pytest.raises(ProviderHTTPError) as e:
+        stream_all(client, MODEL, request_of(capture))
+    assert (e.value.status, e.value.body, e.value.attempts) == (429, capture.body, 3)
+    assert all(r.path.endswith(":streamGenerateContent?alt=sse") for r in server.requests)
+    drafts = list(detect_and_decode(e.value.body, status=e.value.status))
+    ended = drafts[-1]
+    assert isinstance(ended, ResponseEnded) and ended.state == "failed"
+    assert ended.error is not None
+    assert (ended.error.type, ended.error.status) == ("RESOURCE_EXHAUSTED", 429)
+    assert ended.error.message.startswith("Resource has been exhausted")
 
 
 def test_unavailable_until_the_attempts_run_out(server: ReplayServer) -> None:
