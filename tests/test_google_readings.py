@@ -42,7 +42,7 @@ from convstore.domain.events import (
     UnknownArtifact,
 )
 from convstore.domain.vocabulary import CallId, ProviderPayload, TurnId
-from convstore.projections.portable import ResponseItem, TextItem, UnknownItem, fold
+from convstore.projections.portable import ActivityItem, ResponseItem, TextItem, UnknownItem, fold
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "google"
 
@@ -384,3 +384,20 @@ def test_payloads_stored_by_earlier_versions_read_the_same() -> None:
     assert interpret(payload("part", b'{"finishMessage":"x"}')) is None
     assert interpret(payload("candidate_fields", b'{"finishMessage":"x"}', "openai")) is None
     assert interpret(payload("candidate_fields", b"[1, 2]")) is None
+
+
+def test_a_web_search_lists_every_page_it_consulted() -> None:
+    """The grounding block's chunks are the search's sources, cited or not; a grounding
+    block that is no web search reads as nothing (it stays an unknown artifact)."""
+    reading = fold(recorded(decoded("grounding_unplaced", 1)), read_payload)
+    [search] = [i for t in reading.turns for i in t.items if isinstance(i, ActivityItem)]
+    assert [(s.url, s.title) for s in search.sources] == [
+        ("https://example.com/musee/horaires", "example.com"),
+        ("https://example.org/tarifs", "example.org"),
+        ("https://example.net/agenda", "example.net"),
+    ]
+    retrieval = b'{"groundingChunks":[{"web":{"uri":"https://example.com/x"}}]}'
+    unknown = ProviderPayload(
+        provider="google", format="grounding_metadata", value=msgspec.Raw(retrieval)
+    )
+    assert interpret(unknown) is None

@@ -21,6 +21,11 @@ rewriting it:
 
 Other fields (`avgLogprobs`, `modelStatus`, …) have no notice kind: a payload giving no
 notice reads as None and stays an unknown artifact.
+
+A `web_search` activity's payload (format `grounding_metadata`, a block with
+`webSearchQueries`) reads as the pages the search consulted: each `groundingChunks[].web`
+as a source (cited or not), as google-genai lists them. A grounding block that is no web
+search (kept as an unknown artifact) reads as None.
 """
 
 from __future__ import annotations
@@ -31,13 +36,16 @@ from typing import Any, Final
 import msgspec
 
 from convstore.adapters.google.context import PROVIDER
-from convstore.domain.vocabulary import Notice, PayloadReading, ProviderPayload
+from convstore.adapters.google.grounding import search_queries
+from convstore.domain.vocabulary import Notice, PayloadReading, ProviderPayload, Source
 
-__all__ = ["CANDIDATE_FIELDS_FORMAT", "RESPONSE_FIELDS_FORMAT", "interpret"]
+__all__ = ["CANDIDATE_FIELDS_FORMAT", "GROUNDING_FORMAT", "RESPONSE_FIELDS_FORMAT", "interpret"]
 
 CANDIDATE_FIELDS_FORMAT: Final = "candidate_fields"
 RESPONSE_FIELDS_FORMAT: Final = "response_fields"
 """The UnknownArtifact formats of a response's unmodelled candidate and response fields."""
+GROUNDING_FORMAT: Final = "grounding_metadata"
+"""The payload format of a grounding block (a `web_search` activity's, or an artifact's)."""
 
 SCREENED: Final = frozenset({"MODEL_ARMOR"})
 """Block reasons that are a screening service's verdict."""
@@ -104,6 +112,15 @@ def _response_notices(fields: Mapping[str, Any]) -> Iterator[Notice]:
     yield from _prompt_feedback(fields.get("promptFeedback"))
 
 
+def _search_sources(block: Mapping[str, Any]) -> Iterator[Source]:
+    chunks = block.get("groundingChunks")
+    for chunk in chunks if isinstance(chunks, list) else ():
+        web = chunk.get("web") if isinstance(chunk, Mapping) else None
+        if isinstance(web, Mapping):
+            url, title = _text(web.get("uri")), _text(web.get("title"))
+            yield Source(kind="web", url=url or None, title=title or None)
+
+
 _READERS: Final = {
     CANDIDATE_FIELDS_FORMAT: _candidate_notices,
     RESPONSE_FIELDS_FORMAT: _response_notices,
@@ -111,13 +128,20 @@ _READERS: Final = {
 
 
 def interpret(payload: ProviderPayload) -> PayloadReading | None:
-    """The notices a Gemini payload holds; None for any other payload, or one with none."""
+    """The notices (or a web search's sources) a Gemini payload holds; None for any other
+    payload, or one with none."""
     reader = _READERS.get(payload.format)
-    if payload.provider != PROVIDER or reader is None:
+    known = reader is not None or payload.format == GROUNDING_FORMAT
+    if payload.provider != PROVIDER or not known:
         return None
     try:
         fields = _FIELDS.decode(payload.raw)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
+    if reader is None:
+        if search_queries(fields) is None:
+            return None  # no web search: the block stays an unknown artifact
+        sources = tuple(_search_sources(fields))
+        return PayloadReading(sources=sources) if sources else None
     notices = tuple(reader(fields))
     return PayloadReading(notices=notices) if notices else None
