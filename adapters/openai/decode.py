@@ -3,8 +3,9 @@
 `decode_stream` reads an SSE body, `decode_message` a non-streamed JSON body (the
 response object, the compact endpoint's `response.compaction`, or an HTTP error body),
 and `detect_and_decode` tells them apart. Each yields `ResponseStarted`, the drafts of each
-output item as it closes (see `items`), then `ResponseEnded`. Drafts leave the event envelope at its defaults; the ingest layer records
-them. The response id is the `resp_…` id; stream deltas' `obfuscation` fields are ignored.
+output item as it closes (see `items`), then `ResponseEnded`. Drafts leave the event
+envelope at its defaults; the ingest layer records them. The response id is the `resp_…`
+id; stream deltas' `obfuscation` fields are ignored.
 
 A stream cut short, broken by malformed JSON, or ended by an `error` event or
 `response.failed` keeps everything that arrived, under the partial-commit rules of

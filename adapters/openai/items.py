@@ -16,10 +16,17 @@ sliced whole from a response's `output`) into drafts:
     `encrypted_content` byte-identical), bound to the model. With no readable text but an
     `encrypted_content`, the reasoning is `redacted`; with neither, nothing was withheld.
 `function_call`, and the client tools' call items (`computer_call`, `local_shell_call`,
-`shell_call`, `apply_patch_call`, `custom_tool_call`)
+`shell_call` in a local environment, `apply_patch_call`, `custom_tool_call`, a
+`tool_search_call` the client executes)
     A ToolCallRequested (call id = `call_id`; arguments parsed from the JSON string, or
-    the item's own fields for the typed tools) with the item as payload, `id` included
-    (OpenAI refuses a re-minted item id on replay).
+    the item's own fields for the typed tools, less those saying where it runs or who
+    made it) with the item as payload, `id` included (OpenAI refuses a re-minted item id
+    on replay).
+provider-run work that comes as a call item and a result item (a hosted `shell_call` and
+its `shell_call_output`, a server `tool_search_call` and its `tool_search_output`, an
+`mcp_approval_request` and the approved `mcp_call`)
+    One activity: the call item starts it (its payload on `started`), the result item
+    ends it (its payload on the terminal transition); see `paired_items`.
 hosted items (`web_search_call`, `file_search_call`, `code_interpreter_call`,
 `image_generation_call`, `mcp_call`, `mcp_list_tools`)
     The activity (id = item id) `started`, then its terminal transition from the item's
