@@ -356,3 +356,23 @@ def test_an_unknown_block_is_replayed_byte_identical_in_its_native_position() ->
     assert [b["type"] for b in last] == ["mcp_tool_listing"] + [
         b["type"] for b in json.loads(body)["content"]
     ]
+
+
+def test_an_unknown_streamed_block_is_replayed_byte_identical_in_its_native_position() -> None:
+    body = response_of("errors", 3)
+    starts = [
+        json.loads(line[5:])["content_block"]
+        for line in body.decode().splitlines()
+        if line.startswith("data:") and '"content_block_start"' in line
+    ]
+    [odd] = [b for b in starts if b["type"] == "quantum_widget"]
+    conversation = Conversation.start()
+    for message in history_drafts(request_of("errors", 3)):
+        conversation.record_all(message.drafts)
+    conversation.record_all(decoded("errors", 3))
+    raw = encode_request(list(conversation.pending), config=DEFAULT).to_json()
+    last = json.loads(raw)["messages"][-1]["content"]
+    assert [b["type"] for b in last] == [b["type"] for b in starts]
+    assert last[[b["type"] for b in starts].index("quantum_widget")] == odd
+    literal = body[body.index(b'{"type":"quantum_widget"') :].split(b"}}", 1)[0] + b"}}"
+    assert literal in raw
