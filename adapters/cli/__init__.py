@@ -4,13 +4,14 @@ Thin by design: each command is one function that calls the library and hands li
 `Renderer`, registered in `COMMANDS` by the `command` decorator; every byte written to
 stdout and stderr (argparse's usage and errors included) is sanitized on the way.
 
-Exit codes: 0 success; 2 a usage error or a `ConvstoreError` (one line on stderr, no
-traceback); 1 anything unexpected (a short line; `CONVSTORE_DEBUG=1` adds the sanitized
-traceback); 3 a response ended `failed` or `abandoned`; 4 a stored response id arrived
-with different content; 5 `verify` found a changed, removed or reordered event (`audit`:
-stored events that cannot be read); 128 + N stopped by signal N: 130 for SIGINT (Ctrl-C),
-143 for SIGTERM (a command that serves, such as `project --follow`, stops gracefully on
-either and exits 0). The README's table is the contract.
+Exit codes: 0 success; 2 a usage error, a `ConvstoreError` or stdout that cannot be
+written, such as a full disk (one line on stderr, no traceback); 1 anything unexpected (a
+short line; `CONVSTORE_DEBUG=1` adds the sanitized traceback); 3 a response ended `failed`
+or `abandoned`; 4 a stored response id arrived with different content; 5 `verify` found a
+changed, removed or reordered event (`audit`: stored events that cannot be read); 128 + N
+stopped by signal N: 130 for SIGINT (Ctrl-C), 143 for SIGTERM (a command that serves, such
+as `project --follow`, stops gracefully on either and exits 0). The README's table is the
+contract.
 
 `demo` runs the main job end to end through the command line (`make demo`).
 
@@ -45,12 +46,51 @@ COMMAND_MODULES = (conversations, record, integrity, index)
 """The modules whose `@command` functions make the subcommands, in `--help` order."""
 
 
+class _OutputFailed(Exception):
+    """Writing stdout failed (a full disk, `/dev/full`, an I/O error): exit 2, one line."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(error.strerror or str(error))
+
+
+class _Output:
+    """stdout as the renderer's stream: a failed write is an `_OutputFailed`, not an
+    internal error (a reader that went away stays a BrokenPipeError)."""
+
+    def __init__(self, stream: TextStream) -> None:
+        self.stream = stream
+        self.encoding: str | None = getattr(stream, "encoding", None)
+
+    def write(self, text: str, /) -> object:
+        try:
+            return self.stream.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as error:
+            raise _OutputFailed(error) from None
+
+    def flush(self) -> None:
+        flush = getattr(self.stream, "flush", None)
+        try:
+            if flush is not None:
+                flush()
+        except BrokenPipeError:
+            raise
+        except OSError as error:
+            raise _OutputFailed(error) from None
+
+    def isatty(self) -> bool:
+        isatty = getattr(self.stream, "isatty", None)
+        return bool(isatty and isatty())
+
+
 class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose usage, help and error text go through the renderer."""
 
     def _print_message(self, message: str, file: TextStream | None = None) -> None:
         if message:
-            Renderer(file or sys.stderr).write(message)
+            stream = file or sys.stderr
+            Renderer(_Output(stream) if stream is sys.stdout else stream).write(message)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,12 +143,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    out, err = Renderer(sys.stdout), Renderer(sys.stderr)
+    out, err = Renderer(_Output(sys.stdout)), Renderer(sys.stderr)
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exit_:  # usage errors (2) and --help (0), already printed
         status = exit_.code
         return status if isinstance(status, int) else (0 if status is None else 2)
+    except _OutputFailed as failed:  # `--help` to a full disk
+        return _output_failed(err, failed)
     session = Session(
         args.db or os.environ.get(ENV_URL) or None, out, err, getattr(args, "cfg", ())
     )
@@ -124,6 +166,8 @@ def _main(argv: Sequence[str] | None) -> int:
         signum = stopped.signum if isinstance(stopped, Stopped) else signal.SIGINT
         err.line(f"{PROG}: {'interrupted' if signum == signal.SIGINT else 'terminated'}")
         return 128 + signum
+    except _OutputFailed as failed:
+        return _output_failed(err, failed)
     except BrokenPipeError:
         _silence_stdout()  # the reader went away (`convstore list | head`)
         return 1
@@ -135,6 +179,12 @@ def _main(argv: Sequence[str] | None) -> int:
         return 1
     finally:
         session.close()
+
+
+def _output_failed(err: Renderer, failed: _OutputFailed) -> int:
+    _silence_stdout()  # what is still buffered must not fail again at exit
+    err.line(f"{PROG}: error: cannot write the output: {render.one_line(str(failed))}")
+    return 2
 
 
 def _silence_stdout() -> None:

@@ -98,13 +98,21 @@ def command(
 # --- argument types ---------------------------------------------------------------------------
 
 
+MAX_NUMBER = (1 << 63) - 1
+"""The largest count an option takes: what both databases hold in a 64-bit integer."""
+
+
 def whole_number(text: str) -> int:
+    """A count of 0 to `MAX_NUMBER`, written in decimal digits (`1e20` is not one)."""
+    shown = render.shorten(text, 40)
     try:
         value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    except ValueError:  # also a number of more than 4300 digits
+        raise argparse.ArgumentTypeError(f"{shown!r} is not a whole number") from None
     if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative")
+        raise argparse.ArgumentTypeError(f"{shown} is negative")
+    if value > MAX_NUMBER:
+        raise argparse.ArgumentTypeError(f"{shown} is out of range (at most {MAX_NUMBER})")
     return value
 
 
@@ -198,8 +206,9 @@ def all_summaries(service: ConversationService) -> Iterator[ConversationSummary]
 
 
 def read_file(path: Path) -> bytes:
-    """A file's bytes, or a ConfigurationError naming it."""
-    try:
-        return path.read_bytes()
-    except OSError as error:
-        raise ConfigurationError(f"cannot read {path}: {error.strerror}") from None
+    """A file's bytes (a pipe's or a device's too; gzip expanded), bounded like a capture
+    (`jobs.MAX_CAPTURE_BYTES`); a missing, unreadable or oversized file, or a folder, is a
+    DecodeError naming it (exit 2)."""
+    from convstore.adapters.recording.jobs import read_body  # here: `--help` loads no adapter
+
+    return read_body(path)

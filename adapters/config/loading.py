@@ -55,6 +55,16 @@ APP_NAME: Final = "convstore"
 _FRAGMENT_NAME: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 _SECRET_KEY: Final = re.compile(r"(^|_)api_?key$", re.IGNORECASE)
 
+MAX_DEPTH: Final = 64
+"""The deepest configuration table or array accepted (real ones are under ten deep)."""
+MAX_FILE_BYTES: Final = 1024 * 1024
+"""The largest configuration file read."""
+_LONG_KEY: Final = re.compile(
+    rf"""(?>(?:[A-Za-z0-9_-]+|"[^"\n]*"|'[^'\n]*')[ \t]*\.[ \t]*){{{MAX_DEPTH},}}"""
+)
+"""A dotted key of more than `MAX_DEPTH` parts: refused before parsing, since tomllib's
+time and memory grow with the square of a key's parts (100k parts exhaust memory)."""
+
 
 def config_dir() -> Path:
     """The user config folder (`platformdirs.user_config_dir("convstore")`)."""
@@ -159,16 +169,43 @@ def deep_merge(
 
 def _read_toml(file: Path) -> dict[str, Any]:
     try:
-        data = file.read_bytes()
+        with file.open("rb") as opened:
+            data = opened.read(MAX_FILE_BYTES + 1)
     except OSError as error:
-        raise ConfigurationError(f"cannot read configuration file {file}: {error}") from None
+        raise ConfigurationError(
+            f"cannot read configuration file {file}: {error.strerror or error}"
+        ) from None
+    if len(data) > MAX_FILE_BYTES:
+        raise ConfigurationError(f"{file}: larger than {MAX_FILE_BYTES} bytes; not read")
     try:
-        return tomllib.loads(data.decode("utf-8"))
+        return _loads(data.decode("utf-8"), where=f"{file}")
     except UnicodeDecodeError as error:
         raise ConfigurationError(f"{file}: not UTF-8 text ({error})") from None
     except tomllib.TOMLDecodeError as error:
         # tomllib's message ends with "(at line L, column C)".
         raise ConfigurationError(f"{file}: malformed TOML: {error}") from None
+
+
+def _loads(text: str, *, where: str) -> dict[str, Any]:
+    """`tomllib.loads`, refusing (ConfigurationError) anything nested deeper than
+    `MAX_DEPTH`, before parsing where the parser itself would not cope."""
+    too_deep = ConfigurationError(f"{where}: nested deeper than {MAX_DEPTH} levels; not read")
+    if _LONG_KEY.search(text):
+        raise too_deep
+    try:
+        table = tomllib.loads(text)
+    except RecursionError:  # arrays or inline tables nested past the interpreter's stack
+        raise too_deep from None
+    nodes: list[tuple[Any, int]] = [(table, 1)]
+    while nodes:  # iteratively: the merges and checks after this recurse over the tables
+        node, depth = nodes.pop()
+        children = node.values() if isinstance(node, dict) else node
+        for child in children:
+            if isinstance(child, dict | list):
+                if depth >= MAX_DEPTH:
+                    raise too_deep
+                nodes.append((child, depth + 1))
+    return table
 
 
 def _apply_item(config: dict[str, Any], item: str, dirs: Sequence[Path]) -> None:
@@ -202,7 +239,7 @@ def _apply_item(config: dict[str, Any], item: str, dirs: Sequence[Path]) -> None
 def _key_parts(key: str, item: str) -> tuple[str, ...]:
     """The parts of a TOML dotted key, read by the TOML parser itself."""
     try:
-        table = tomllib.loads(f"{key} = 0")
+        table = _loads(f"{key} = 0", where=f"--cfg {item[:60]!r}")
     except tomllib.TOMLDecodeError:
         raise ConfigurationError(
             f"--cfg {item!r}: {key!r} is not a valid key (dotted bare or quoted TOML keys)"
@@ -220,7 +257,7 @@ def _value(text: str) -> Any:
     if not text:
         return ""
     try:
-        return tomllib.loads(f"v = {text}")["v"]
+        return _loads(f"v = {text}", where="--cfg value")["v"]
     except tomllib.TOMLDecodeError:
         return text
 

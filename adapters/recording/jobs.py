@@ -8,15 +8,19 @@ and resumption after an interrupt all work the same way.
 
 from __future__ import annotations
 
-import zlib
+import os
+import stat
+import tempfile
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from itertools import chain
 from pathlib import Path
-from typing import Final
+from typing import BinaryIO, Final
 
 import msgspec
 
 from convstore.adapters.config.loading import load_config
+from convstore.adapters.http.codings import inflate
 from convstore.adapters.http.errors import ProviderHTTPError
 from convstore.adapters.wire.providers import PROVIDERS, EncodedRequest, ProviderAdapter, adapter
 from convstore.domain.errors import DecodeError, ResponseConflict
@@ -27,7 +31,7 @@ from convstore.domain.vocabulary import ConversationId
 
 CHUNK_BYTES: Final = 64 * 1024
 MAX_CAPTURE_BYTES: Final = 1024 * 1024 * 1024
-"""A compressed capture is stopped once it expands past this many bytes."""
+"""The most bytes a capture or a request body may hold (a compressed one, expanded)."""
 _GZIP_MAGIC: Final = b"\x1f\x8b"
 
 
@@ -44,26 +48,101 @@ class IngestReport(msgspec.Struct, kw_only=True):
     4 a stored response id arrived with different content."""
 
 
-def read_capture(path: Path, *, max_bytes: int = MAX_CAPTURE_BYTES) -> Iterator[bytes]:
-    """A capture file's bytes in chunks; gzip files are expanded, at most `max_bytes`."""
-    with path.open("rb") as file:
-        first = file.read(CHUNK_BYTES)
-        if not first.startswith(_GZIP_MAGIC):
-            yield first
-            yield from iter(lambda: file.read(CHUNK_BYTES), b"")
-            return
-        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        produced = 0
-        for compressed in chain((first,), iter(lambda: file.read(CHUNK_BYTES), b"")):
-            data = compressed
-            while data:
-                chunk = inflater.decompress(data, CHUNK_BYTES)
-                produced += len(chunk)
-                if produced > max_bytes:
-                    raise DecodeError(f"{path.name} expands past {max_bytes} bytes; not read")
-                yield chunk
-                data = inflater.unconsumed_tail
-        yield inflater.flush()
+def read_capture(path: Path, *, max_bytes: int | None = None) -> Iterator[bytes]:
+    """A capture's bytes in chunks of at most `CHUNK_BYTES`; gzip (every member) expanded.
+
+    Every input is bounded by `max_bytes` (default `MAX_CAPTURE_BYTES`) and checked whole
+    before the first chunk is yielded, so a refused input writes nothing: a file larger
+    than the cap, gzip that expands past it, a truncated or corrupt gzip stream, and a
+    path that cannot be read (missing, a folder) raise DecodeError, whose message the
+    caller prefixes with the path. A pipe or a device is first copied, up to the cap,
+    into an anonymous temporary file. Memory stays at a few chunks.
+    """
+    cap = MAX_CAPTURE_BYTES if max_bytes is None else max_bytes
+    with _opened(path) as opened:
+        regular = stat.S_ISREG(os.fstat(opened.fileno()).st_mode)
+        with nullcontext(opened) if regular else _spooled(opened, cap) as source:
+            compressed = source.read(len(_GZIP_MAGIC)) == _GZIP_MAGIC
+            source.seek(0)
+            if not compressed:
+                if os.fstat(source.fileno()).st_size > cap:
+                    raise DecodeError(f"is larger than {cap} bytes; not read")
+                yield from _capped(_chunks(source), cap, "is larger than")
+                return
+            for _ in _capped(_inflated(source), cap, "expands past"):
+                pass  # the whole stream is checked first: nothing is written if it fails
+            source.seek(0)
+            yield from _inflated(source)
+
+
+def read_body(path: Path, *, max_bytes: int | None = None) -> bytes:
+    """A whole captured body (a request) read as `read_capture` reads a capture; its
+    DecodeError names the path."""
+    try:
+        return b"".join(read_capture(path, max_bytes=max_bytes))
+    except DecodeError as error:
+        raise DecodeError(f"{path}: {error}") from None
+
+
+def _check_readable(path: Path) -> None:
+    """Raise DecodeError when `path` is missing or a folder (without opening it)."""
+    try:
+        mode = path.stat().st_mode
+    except (OSError, ValueError) as error:
+        raise _unreadable(error) from None
+    if stat.S_ISDIR(mode):
+        raise DecodeError("is a folder, not a file")
+
+
+def _unreadable(error: OSError | ValueError) -> DecodeError:
+    if isinstance(error, IsADirectoryError):
+        return DecodeError("is a folder, not a file")
+    if isinstance(error, OSError):
+        return DecodeError(f"cannot be read: {error.strerror}")
+    return DecodeError("is not a file name (it holds a NUL byte)")
+
+
+@contextmanager
+def _opened(path: Path) -> Iterator[BinaryIO]:
+    try:
+        file = path.open("rb")
+    except (OSError, ValueError) as error:
+        raise _unreadable(error) from None
+    with file:
+        yield file
+
+
+def _chunks(file: BinaryIO) -> Iterator[bytes]:
+    try:
+        yield from iter(lambda: file.read(CHUNK_BYTES), b"")
+    except OSError as error:
+        raise DecodeError(f"cannot be read: {error.strerror}") from None
+
+
+@contextmanager
+def _spooled(pipe: BinaryIO, cap: int) -> Iterator[BinaryIO]:
+    """A pipe's or a device's bytes in an anonymous temporary file, refused past `cap`."""
+    with tempfile.TemporaryFile() as spool:
+        for chunk in _capped(_chunks(pipe), cap, "is larger than"):
+            spool.write(chunk)
+        spool.seek(0)
+        yield spool
+
+
+def _capped(chunks: Iterable[bytes], cap: int, past: str) -> Iterator[bytes]:
+    produced = 0
+    for chunk in chunks:
+        produced += len(chunk)
+        if produced > cap:
+            raise DecodeError(f"{past} {cap} bytes; not read")
+        yield chunk
+
+
+def _inflated(file: BinaryIO) -> Iterator[bytes]:
+    def truncated() -> None:
+        raise DecodeError("is a truncated gzip file: it ends inside a member")
+
+    return inflate(_chunks(file), "gzip", truncated)
 
 
 def _first_checked(drafts: Iterator[Event]) -> tuple[Event, Iterator[Event]]:
@@ -87,10 +166,17 @@ def ingest(
 
     `request` is the captured request body that produced the first file: the messages
     the conversation does not hold yet are recorded first. A new conversation is started
-    only once the first file is known to hold a response.
+    only once the first file is known to hold a response; a missing file or a folder
+    among `files` is refused (exit 2) before anything is written.
     """
     provider_adapter = adapter(provider)
     report = IngestReport(conversation_id=conversation_id)
+    for path in files:  # a missing file or a folder is refused before anything is written
+        try:
+            _check_readable(path)
+        except DecodeError as error:
+            report.error, report.exit_code = f"{path}: {error}", 2
+            return report
     for position, path in enumerate(files):
         produced_by = request if position == 0 else None
         try:
