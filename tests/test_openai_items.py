@@ -518,3 +518,21 @@ def test_a_background_response_fetched_unfinished_is_not_a_failure(status: str) 
     assert isinstance(end, ResponseEnded) and end.state == "abandoned"
     assert end.error is not None and end.error.type == status
     assert "background" in end.error.message
+
+
+# --- unknown item types --------------------------------------------------------------------------
+
+
+def test_an_unknown_item_type_replays_byte_identical_in_its_place() -> None:
+    """hosted_tools/2: `hologram_call` sits between an image generation and a computer call."""
+    events = decode("hosted_tools", 2)
+    _, response, _ = files("hosted_tools", 2)
+    conv = Conversation.start("test")
+    conv.record(TurnStarted(turn_id=TurnId("turn-1")))
+    conv.record_all(events)
+    items = build_input(list(conv.pending), model=body_of("hosted_tools", 2)["model"], store=True)
+    raws = [bytes(i) for i in items.items if isinstance(i, msgspec.Raw)]
+    output = body_of("hosted_tools", 2)["output"]
+    at = [i["type"] for i in output].index("hologram_call")
+    assert [json.loads(r)["type"] for r in raws] == [i["type"] for i in output]
+    assert raws[at] in response.read_bytes()  # the bytes as received
