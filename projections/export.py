@@ -26,10 +26,9 @@ leaving it to the command line. The escaping (`md_text`): a backslash before
 stored text ever becomes a link, an image, HTML, a heading or a list. URLs in Sources
 are text, shown as `<url>` with both brackets escaped.
 
-Files: `ExportFolder` writes only inside one folder opened without following a link
-(`O_NOFOLLOW`), each file through a temporary file in that folder renamed into place,
-so a link planted at a file's name is replaced, never followed; names come from
-`file_name` (an ASCII slug of the title, then the id).
+Files are written by `projections.files` (never through a link: a temporary file in the
+folder, renamed into place); names come from `file_name` (an ASCII slug of the title,
+then the id).
 
 The wording (timestamps, activity labels, source lines, citation markers) is
 `projections.wording`, shared with the terminal transcript and the audit.
@@ -37,24 +36,19 @@ The wording (timestamps, activity labels, source lines, citation markers) is
 
 from __future__ import annotations
 
-import os
 import re
-import secrets
-import stat
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import suppress
 from datetime import datetime
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Final, Literal, TypeAlias
 from uuid import UUID
 
 import msgspec
 
 from convstore.adapters.terminal.render import inert_json, one_line, sanitize, shorten, to_json
-from convstore.domain.errors import ConfigurationError
 from convstore.domain.vocabulary import EndState, TurnTrigger
+from convstore.projections.files import OutputFolder, write_file
 from convstore.projections.portable import (
     SCHEMA,
     ActivityItem,
@@ -403,7 +397,6 @@ _RESERVED: Final = frozenset(
     ["con", "prn", "aux", "nul"] + [f"com{i}" for i in range(10)] + [f"lpt{i}" for i in range(10)]
 )
 """Device names Windows reserves, with any extension."""
-MAX_NAME_BYTES: Final = 255
 
 
 def slug(title: str, limit: int = 60) -> str:
@@ -422,115 +415,13 @@ def file_name(conversation: PortableConversation, format: Format) -> str:
     return f"{stem}.{format}"
 
 
-def _check_name(name: str) -> None:
-    if (
-        not name
-        or name in {".", ".."}
-        or "/" in name
-        or "\0" in name
-        or (os.sep != "/" and os.sep in name)
-        or len(os.fsencode(name)) > MAX_NAME_BYTES
-    ):
-        raise ConfigurationError(f"{name[:80]!r} is not a file name convstore writes")
-
-
-class ExportFolder:
-    """One folder opened without following a link; files are written inside it only.
-
-    A file is written to a new temporary file in the folder (`O_EXCL | O_NOFOLLOW`), then
-    renamed over its name: whatever was there (a file, a planted link) is replaced, and
-    no link is ever followed. Paths are resolved against the folder's descriptor, so
-    renaming or relinking the folder meanwhile changes nothing.
-    """
-
-    def __init__(self, path: Path, *, create: bool = False, follow: bool = False) -> None:
-        self.path = path
-        flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
-        if not follow:
-            flags |= os.O_NOFOLLOW
-        try:
-            if create and not os.path.lexists(path):
-                path.parent.mkdir(parents=True, exist_ok=True)
-                with suppress(FileExistsError):
-                    os.mkdir(path, 0o755)
-            self.fd = os.open(path, flags)
-        except ValueError:
-            raise ConfigurationError(f"{_shown(path)}: a path cannot hold a NUL byte") from None
-        except OSError as error:
-            if os.path.islink(path):
-                raise ConfigurationError(
-                    f"{_shown(path)} is a symbolic link; convstore does not write through links"
-                ) from None
-            raise ConfigurationError(f"cannot use {_shown(path)}: {error.strerror}") from None
-
-    def write(self, name: str, chunks: Iterable[str]) -> Path:
-        """Write the chunks to the file `name` in the folder (UTF-8); return its path."""
-        _check_name(name)
-        temporary = f".convstore-{secrets.token_hex(8)}.tmp"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-        target = self.path / name
-        try:
-            fd = os.open(temporary, flags, 0o644, dir_fd=self.fd)
-            try:
-                with open(fd, "w", encoding="utf-8", newline="\n") as file:
-                    for chunk in chunks:
-                        file.write(chunk)
-                os.replace(temporary, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
-            except BaseException:
-                with suppress(OSError):
-                    os.unlink(temporary, dir_fd=self.fd)
-                raise
-        except OSError as error:
-            raise ConfigurationError(f"cannot write {_shown(target)}: {error.strerror}") from None
-        return target
-
-    def close(self) -> None:
-        """Close the folder's descriptor."""
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-    def __enter__(self) -> ExportFolder:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-def _shown(path: Path) -> str:
-    text = str(path)
-    return text if len(text) <= 200 else text[:199] + "…"
-
-
 def write_one(path: Path, conversation: PortableConversation, format: Format) -> Path:
     """Write one conversation to the file `path`, or into `path` when it is a folder.
 
-    A link at `path` is refused, never followed; the file is written through a temporary
-    file in its folder.
+    A link at `path` is refused, never followed (`files.write_file`).
     """
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        mode = None
-    except ValueError:
-        raise ConfigurationError(f"{_shown(path)}: a path cannot hold a NUL byte") from None
-    except OSError as error:
-        raise ConfigurationError(f"cannot use {_shown(path)}: {error.strerror}") from None
-    if mode is not None and stat.S_ISLNK(mode):
-        raise ConfigurationError(
-            f"{_shown(path)} is a symbolic link; convstore does not write through links"
-        )
-    if mode is not None and stat.S_ISDIR(mode):
-        with ExportFolder(path) as folder:
-            return folder.write(file_name(conversation, format), render(conversation, format))
-    _check_name(path.name)
-    with ExportFolder(path.parent, follow=True) as folder:
-        return folder.write(path.name, render(conversation, format))
+    chunks = render(conversation, format)
+    return write_file(path, chunks, folder_name=file_name(conversation, format))
 
 
 def write_all(
@@ -543,7 +434,7 @@ def write_all(
     """Write each conversation to its own file in the folder `path` (created if missing;
     a link there is refused); `progress` gets the count after each file."""
     written: list[Path] = []
-    with ExportFolder(path, create=True) as folder:
+    with OutputFolder(path, create=True) as folder:
         for conversation in conversations:
             written.append(
                 folder.write(file_name(conversation, format), render(conversation, format))

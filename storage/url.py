@@ -12,7 +12,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import platformdirs
 
@@ -60,27 +60,49 @@ def parse_location(url: str | None = None) -> StoreLocation:
         url = os.environ.get(ENV_VAR, "").strip() or None
     if url is None:
         return SQLiteLocation(default_path())
-    if url.startswith(("postgresql://", "postgres://")):
+    scheme = url.lower()  # a URL's scheme is case-insensitive (RFC 3986)
+    if scheme.startswith(("postgresql://", "postgres://")):
         return _postgres(url)
-    if url.startswith("sqlite:"):
-        if not url.startswith("sqlite:///"):
+    if scheme.startswith("sqlite:"):
+        if not scheme.startswith("sqlite:///"):
             raise ConfigurationError(
-                f"cannot read store URL {url!r}: write sqlite:///relative.db or "
+                f"cannot read store URL {redacted(url)!r}: write sqlite:///relative.db or "
                 "sqlite:////absolute/path.db"
             )
         rest = url[len("sqlite:///") :]
         if not rest:
-            raise ConfigurationError(f"store URL {url!r} names no file")
+            raise ConfigurationError(f"store URL {redacted(url)!r} names no file")
         return SQLiteLocation(Path(rest).expanduser())
     if "://" in url:
         raise ConfigurationError(
-            f"unsupported store URL {url!r}: use a path, sqlite:///…, or postgresql://…"
+            f"unsupported store URL {redacted(url)!r}: use a path, sqlite:///…, or postgresql://…"
         )
     return SQLiteLocation(Path(url).expanduser())
 
 
+_PASSWORD_PARAMETER = re.compile(r"(?i)((?:^|[?&;])password=)[^&;#]*")
+
+
+def redacted(url: str) -> str:
+    """`url` with any password hidden: the userinfo after `user:` up to the last `@`, and
+    a `password=` parameter; for messages, which must never echo a secret. It needs no
+    well-formed URL (it is what a malformed one is shown as)."""
+    start = url.find("://")
+    if start >= 0:
+        authority = start + 3
+        at = url.rfind("@", authority)
+        colon = url.find(":", authority, at)
+        if at >= 0 and colon >= 0:
+            url = f"{url[: colon + 1]}***{url[at:]}"
+    return _PASSWORD_PARAMETER.sub(r"\1***", url)
+
+
 def _postgres(url: str) -> PostgresLocation:
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - urlsplit checks a port only when asked for it
+    except ValueError as error:  # an unclosed IPv6 bracket, a port that is no number
+        raise ConfigurationError(f"cannot read store URL {redacted(url)!r}: {error}") from None
     query = parse_qsl(parts.query, keep_blank_values=True)
     schema = "public"
     kept = []
@@ -93,5 +115,9 @@ def _postgres(url: str) -> PostgresLocation:
         raise ConfigurationError(
             f"schema {schema!r} is not a plain identifier (letters, digits, underscore)"
         )
-    dsn = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(kept), ""))
+    # Not urlunsplit: it drops an empty host, and `postgresql:///db` (the local socket,
+    # libpq's default) would become `postgresql:/db`, which libpq cannot read.
+    dsn = f"postgresql://{parts.netloc}{parts.path}"
+    if kept:
+        dsn += f"?{urlencode(kept)}"
     return PostgresLocation(dsn=dsn, schema=schema)

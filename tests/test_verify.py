@@ -427,7 +427,7 @@ def test_command_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str
     code, _, err = run(capsys, "--db", url, "verify", str(uuid4()))
     assert code == 2 and "no conversation" in err
     code, _, err = run(capsys, "--db", url, "verify", "--anchor", str(tmp_path / "missing.json"))
-    assert code == 2 and "cannot read" in err
+    assert code == 2 and "cannot be read" in err
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2]")
     code, _, err = run(capsys, "--db", url, "verify", "--anchor", str(bad))
@@ -435,7 +435,7 @@ def test_command_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str
     code, _, err = run(capsys, "--db", url, "verify", "x", "--all")
     assert code == 2
     code, _, err = run(capsys, "--db", url, "anchor", "-o", str(tmp_path / "no" / "such" / "dir"))
-    assert code == 2 and "cannot write" in err
+    assert code == 2 and "cannot use" in err
     assert run(capsys, "--db", url, "anchor") == (0, "{}\n", "")
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from convstore.adapters.cli.registry import (
 )
 from convstore.adapters.terminal import render
 from convstore.domain import parse_conversation_id
-from convstore.domain.errors import ConfigurationError, IntegrityError
+from convstore.domain.errors import IntegrityError
 
 EXIT_BROKEN = 5
 """`verify` found a changed, removed or reordered event (or `audit` met stored events that
@@ -137,35 +136,26 @@ def _anchor_arguments(parser: argparse.ArgumentParser) -> None:
 )
 def anchor_command(args: argparse.Namespace, session: Session) -> int:
     """Without `-o`, stdout is the anchor file itself (JSON); with it, the file is written
-    (replaced atomically) and a summary printed. Keep it where the store's writers cannot
-    change it."""
+    (replaced atomically, never through a link: `projections.files`) and a summary
+    printed. Keep it where the store's writers cannot change it."""
     from convstore.projections import verify
+    from convstore.projections.files import write_file
 
     progress = Progress(session.err, "anchor")
     try:
         anchors = verify.export_anchors(session.store, progress=progress)
     finally:
         progress.clear()
-    data = verify.dump_anchors(anchors)
+    data = verify.dump_anchors(anchors).decode("ascii")
     if args.output is None:
-        session.out.write(data.decode("ascii"))
+        session.out.write(data)
         return 0
-    _write_atomically(args.output, data)
+    write_file(args.output, [data])
     if args.json:
         session.out.json({"file": str(args.output), "conversations": len(anchors)})
     else:
         session.out.line(f"{len(anchors)} chain heads written to {args.output}")
     return 0
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        temporary.write_bytes(data)
-        os.replace(temporary, path)
-    except OSError as error:
-        temporary.unlink(missing_ok=True)
-        raise ConfigurationError(f"cannot write {path}: {error.strerror}") from None
 
 
 @command("migrate", "apply the store migrations this version has and the store lacks", json_flag)
