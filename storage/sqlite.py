@@ -11,12 +11,13 @@ Each thread has its own connection; WAL lets readers run beside the writer.
 
 from __future__ import annotations
 
+import os
 import random
 import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -62,6 +63,14 @@ def _recorded(connection: sqlite3.Connection | sqlite3.Cursor) -> list[str] | No
         return None
     rows = connection.execute("SELECT name FROM migrations ORDER BY position")
     return [str(row[0]) for row in rows]
+
+
+def _create_private(path: Path) -> None:
+    """Create a missing store file readable by its owner only (0600): SQLite gives its
+    `-wal` and `-shm` the database file's permissions. An existing file keeps its own."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    with suppress(FileExistsError):
+        os.close(os.open(path, flags, 0o600))
 
 
 def _read_only_uri(path: str) -> str:
@@ -114,6 +123,7 @@ class SQLiteRecorder(ConversationRecorder):
             return
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            _create_private(Path(self.path))
         with translating():
             connection = self._connection()
             connection.execute(f"PRAGMA page_size={PAGE_SIZE}")  # a no-op once the file exists
