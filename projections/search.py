@@ -507,10 +507,14 @@ class SearchIndex(TrackedProjection):
             dialect.set_turns(cursor, {c: turns[c] for c in changed})
         return len(rows)
 
-    def _ensure_tables(self) -> None:
+    def _ensure_tables(self) -> bool:
+        """Whether the tables exist, creating them unless the recorder only reads."""
         if not self._ready:
+            if self.recorder.read_only:
+                return self.recorder.has_table("search_rows")
             with self.recorder.view_transaction(self.name) as cursor:
                 self.setup(cursor)
+        return True
 
     def search(self, query: str, limit: int = 20) -> list[Hit]:
         """The best `limit` hits for a user query (see the module's query language).
@@ -520,7 +524,8 @@ class SearchIndex(TrackedProjection):
         if not 1 <= limit <= MAX_LIMIT:
             raise SearchQueryError(f"limit must be between 1 and {MAX_LIMIT}, not {limit}")
         node = parse_query(query)
-        self._ensure_tables()
+        if not self._ensure_tables():
+            return []  # a reader of a store never indexed: nothing is indexed yet
         with self.recorder.view_reader() as cursor:
             found = self.dialect.search(cursor, node, limit)
         return [
@@ -539,13 +544,15 @@ class SearchIndex(TrackedProjection):
 
     def dump(self) -> bytes:
         """Every row, FTS entry and open turn in key order, one JSON array a line."""
-        self._ensure_tables()
+        if not self._ensure_tables():
+            return b""
         with self.recorder.view_reader() as cursor:
             return b"\n".join(self.dialect.dump(cursor))
 
     def count(self) -> int:
         """How many index rows there are."""
-        self._ensure_tables()
+        if not self._ensure_tables():
+            return 0
         with self.recorder.view_reader() as cursor:
             return int(cursor.execute("SELECT count(*) FROM search_rows").fetchone()[0])
 

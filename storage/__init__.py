@@ -54,7 +54,7 @@ def open_recorder(location: StoreLocation, *, read_only: bool = False) -> Conver
     if isinstance(location, SQLiteLocation):
         from convstore.storage.sqlite import SQLiteRecorder
 
-        return SQLiteRecorder(location.path, read_only=read_only)
+        return SQLiteRecorder(location.path, read_only=read_only, make_folder=location.default)
     from convstore.storage.postgres import PostgresRecorder
 
     return PostgresRecorder(location.dsn, schema=location.schema, read_only=read_only)

@@ -14,9 +14,10 @@ contract tests and callers recognise it).
     ├── DataError           a value the database cannot store
     ├── ProgrammingError    a bad statement or a missing table
     ├── InternalError       the database reported an internal fault
-    └── SchemaMismatch      the store's migrations do not match this version's
-        ├── MigrationRequired  a read-only reader met a store it cannot read unmigrated
-        └── NewerSchema        the store was written by a newer convstore
+    ├── SchemaMismatch      the store's migrations do not match this version's
+    │   ├── MigrationRequired  a read-only reader met a store it cannot read unmigrated
+    │   └── NewerSchema        the store was written by a newer convstore
+    └── StoreNotFound       a reader was given a location that holds no store
 """
 
 from __future__ import annotations
@@ -76,6 +77,10 @@ class MigrationRequired(SchemaMismatch):
 
 class NewerSchema(SchemaMismatch):
     """The store has a migration this version does not know: a newer convstore wrote it."""
+
+
+class StoreNotFound(StorageError):
+    """A reader was given a location that holds no convstore store; nothing was created."""
 
 
 _BY_NAME: dict[str, type[StorageError]] = {

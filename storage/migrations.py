@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from convstore.storage.errors import MigrationRequired, NewerSchema
+from convstore.storage.errors import MigrationRequired, NewerSchema, StoreNotFound
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +165,10 @@ def check_readable(applied: Sequence[str], known: Sequence[Migration], *, where:
     if not lacking or (len(lacking) == 1 and lacking[0].readable_without):
         return
     if not applied:
-        raise MigrationRequired(f"there is no convstore store at {where}")
+        raise StoreNotFound(
+            f"there is no convstore store at {where} (a read command creates none; "
+            "check --db, or record into it first)"
+        )
     names = ", ".join(migration.name for migration in lacking)
     raise MigrationRequired(
         f"the store at {where} needs migration{'s' if len(lacking) > 1 else ''} {names}, which"

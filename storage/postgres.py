@@ -240,6 +240,11 @@ class PostgresRecorder(ConversationRecorder):
             rows = connection.execute(query).fetchall()
         return [AppliedMigration(int(row[0]), str(row[1]), row[2].isoformat()) for row in rows]
 
+    def has_table(self, table: str) -> bool:
+        """Whether the store's schema has `table`."""
+        with self._using() as connection:
+            return self._has_table(connection, table)
+
     def release(self) -> None:
         """Close the calling thread's connection: for a thread that ends before the recorder."""
         connection: Connection | None = getattr(self._local, "connection", None)

@@ -50,10 +50,16 @@ class ConversationRecorder(ApplicationRecorder, TrackingRecorder, ABC):
 
     migrated: tuple[str, ...] = ()
     """The migrations this recorder applied when it opened the store (a writer's)."""
+    read_only: bool = False
+    """True for a reader: it writes nothing, migrates nothing, creates nothing."""
 
     @abstractmethod
     def applied_migrations(self) -> list[AppliedMigration]:
         """The migrations the store records, in order."""
+
+    @abstractmethod
+    def has_table(self, table: str) -> bool:
+        """Whether the store has `table` (a view's tables exist once a writer made them)."""
 
     @abstractmethod
     def append(

@@ -27,7 +27,8 @@ from eventsourcing.persistence import Notification, StoredEvent, Subscription, T
 from convstore.storage import migrations
 from convstore.storage.errors import (
     IntegrityError,
-    MigrationRequired,
+    OperationalError,
+    StoreNotFound,
     TrackingConflict,
     translate,
     translating,
@@ -65,6 +66,11 @@ def _recorded(connection: sqlite3.Connection | sqlite3.Cursor) -> list[str] | No
     return [str(row[0]) for row in rows]
 
 
+def _writable(folder: Path) -> bool:
+    """Whether files can be made in `folder` (a WAL store needs its `-wal` and `-shm`)."""
+    return os.access(folder, os.W_OK) and not os.statvfs(folder).f_flag & os.ST_RDONLY
+
+
 def _create_private(path: Path) -> None:
     """Create a missing store file readable by its owner only (0600): SQLite gives its
     `-wal` and `-shm` the database file's permissions. An existing file keeps its own."""
@@ -74,7 +80,20 @@ def _create_private(path: Path) -> None:
 
 
 def _read_only_uri(path: str) -> str:
-    return f"{Path(path).resolve().as_uri()}?mode=ro"
+    """The URI a reader opens: read-only, and immutable where no writer can be at work.
+
+    SQLite reads a WAL file read-only only when it can use (or create) its `-shm` index.
+    On read-only media, or in a folder we cannot write that holds no `-wal` (so no writer
+    has the file open in WAL mode), nothing can change the file: `immutable=1` reads it
+    without the index or any lock."""
+    file = Path(path).resolve()
+    folder = file.parent
+    fixed = bool(os.statvfs(folder).f_flag & os.ST_RDONLY) or (
+        not _writable(folder)
+        and not Path(f"{file}-wal").exists()
+        and not Path(f"{file}-shm").exists()
+    )
+    return f"{file.as_uri()}?mode=ro{'&immutable=1' if fixed else ''}"
 
 
 def _key(originator_id: UUID | str) -> bytes | str:
@@ -88,7 +107,8 @@ def _originator(key: bytes | str) -> UUID | str:
 class SQLiteRecorder(ConversationRecorder):
     """Conversation events, snapshots and tracking records in one SQLite file.
 
-    A writer (the default) creates the file if needed and applies the migrations it lacks
+    A writer (the default) creates the file if needed (its folder only with `make_folder`,
+    for the default location) and applies the migrations it lacks
     (`storage.migrations`); `read_only=True` opens an existing file without writing to it,
     refusing one it cannot read unmigrated.
     """
@@ -101,6 +121,7 @@ class SQLiteRecorder(ConversationRecorder):
         busy_timeout_ms: int = BUSY_TIMEOUT_MS,
         read_only: bool = False,
         known: Sequence[Migration] = MIGRATIONS,
+        make_folder: bool = False,
     ) -> None:
         self.path = str(path)
         self.synchronous = synchronous
@@ -113,16 +134,36 @@ class SQLiteRecorder(ConversationRecorder):
         self._topics: dict[int, str] = {}
         if read_only:
             if self.path == ":memory:" or not Path(self.path).is_file():
-                raise MigrationRequired(f"there is no convstore store at {self.path}")
-            with translating():
-                connection = self._connection()
-                holds = migrations.held(
-                    _recorded(connection), has_events=_has_table(connection, "events")
+                raise StoreNotFound(
+                    f"there is no convstore store at {self.path} (a read command creates "
+                    "none; check --db, or record into it first)"
                 )
-                migrations.check_readable(holds, known, where=self.path)
+            try:
+                with translating():
+                    connection = self._connection()
+                    holds = migrations.held(
+                        _recorded(connection), has_events=_has_table(connection, "events")
+                    )
+                    migrations.check_readable(holds, known, where=self.path)
+            except BaseException:
+                self.close()  # a refused store keeps no file open
+                raise
             return
         if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            folder = Path(self.path).parent
+            if make_folder:
+                folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            elif not folder.is_dir():
+                raise StoreNotFound(
+                    f"there is no folder {folder} for the store {self.path} (convstore "
+                    "creates a store file, never the folder it goes in)"
+                )
+            if not _writable(folder):
+                raise OperationalError(
+                    f"cannot write the store at {self.path}: its folder is read-only (read "
+                    "commands still work; `search --no-catch-up` searches the index as it "
+                    "stands)"
+                )
             _create_private(Path(self.path))
         with translating():
             connection = self._connection()
@@ -160,6 +201,11 @@ class SQLiteRecorder(ConversationRecorder):
                 "SELECT position, name, applied_at FROM migrations ORDER BY position"
             ).fetchall()
         return [AppliedMigration(int(row[0]), str(row[1]), str(row[2])) for row in rows]
+
+    def has_table(self, table: str) -> bool:
+        """Whether the store's file has `table`."""
+        with translating():
+            return _has_table(self._connection(), table)
 
     # --- connections ------------------------------------------------------------------------
 

@@ -27,6 +27,9 @@ class SQLiteLocation:
     """An SQLite database file."""
 
     path: Path
+    default: bool = False
+    """True for the default location, whose folder a writer creates; an explicit path
+    must name an existing folder."""
 
     def __str__(self) -> str:
         return f"sqlite:///{self.path}"
@@ -59,7 +62,7 @@ def parse_location(url: str | None = None) -> StoreLocation:
     if url is None or not url.strip():
         url = os.environ.get(ENV_VAR, "").strip() or None
     if url is None:
-        return SQLiteLocation(default_path())
+        return SQLiteLocation(default_path(), default=True)
     scheme = url.lower()  # a URL's scheme is case-insensitive (RFC 3986)
     if scheme.startswith(("postgresql://", "postgres://")):
         return _postgres(url)

@@ -487,6 +487,7 @@ def test_audit_command_shows_the_chain_head(
 
 
 def test_audit_command_errors(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    open_store(url).close()  # an empty store: reading one that does not exist is refused
     assert cli.main(["--db", url, "audit", "00000000-0000-0000-0000-000000000001"]) == 2
     assert "no conversation" in capsys.readouterr().err
     assert cli.main(["--db", url, "audit"]) == 2  # an id or --all

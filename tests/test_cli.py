@@ -63,7 +63,10 @@ R1 = ResponseId("msg_hostile")
 
 @pytest.fixture
 def url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'convstore.db'}"
+    """An empty store (a writer made it: read commands create none)."""
+    location = f"sqlite:///{tmp_path / 'convstore.db'}"
+    open_store(location).close()
+    return location
 
 
 @pytest.fixture
@@ -189,8 +192,33 @@ def test_db_defaults_to_the_environment(
 
 
 def test_empty_store_lists_nothing(capsys: pytest.CaptureFixture[str], url: str) -> None:
+    assert run(capsys, "--db", url, "migrate")[0] == 0  # a writer makes the store
     assert run(capsys, "--db", url, "list") == (0, "", "")
     assert run(capsys, "--db", url, "list", "--json") == (0, "[\n]\n", "")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["list"],
+        ["show", "00000000-0000-4000-8000-000000000000"],
+        ["export", "--all", "--format", "json"],
+        ["search", "--no-catch-up", "umbrella"],
+        ["verify", "--all"],
+        ["audit", "--all"],
+        ["replay", "00000000-0000-4000-8000-000000000000", "--to", "anthropic"],
+    ],
+)
+def test_reading_a_missing_store_creates_nothing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str]
+) -> None:
+    """Scenario 32: a read command given a store that does not exist exits 2 and creates
+    nothing; `verify` of a missing store never says intact."""
+    for missing in (tmp_path / "none.db", tmp_path / "no" / "folder.db"):
+        code, out, err = run(capsys, "--db", str(missing), *argv)
+        assert (code, out) == (2, "")
+        assert "no convstore store" in err and "intact" not in err
+    assert list(tmp_path.iterdir()) == []
 
 
 # --- show -------------------------------------------------------------------------------------

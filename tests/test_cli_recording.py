@@ -494,6 +494,9 @@ def test_replay_of_an_unknown_conversation_is_one_error_line(
 ) -> None:
     unknown = "00000000-0000-4000-8000-000000000000"
     code, out, err = run(capsys, "--db", url, "replay", unknown, "--to", "anthropic")
+    assert (code, out, err.count("no convstore store")) == (2, "", 1)  # none made
+    open_store(url).close()
+    code, out, err = run(capsys, "--db", url, "replay", unknown, "--to", "anthropic")
     assert (code, out) == (2, "")
     assert err.startswith("convstore: error: ") and unknown in err
     assert len(err.splitlines()) == 1

@@ -30,6 +30,7 @@ from convstore.storage.errors import (
     NewerSchema,
     OperationalError,
     StorageError,
+    StoreNotFound,
 )
 from convstore.storage.migrations import MIGRATIONS, Migration
 from convstore.storage.recorder import ConversationRecorder
@@ -274,7 +275,7 @@ def test_a_reader_never_writes(legacy_url: str) -> None:
 
 
 def test_a_reader_refuses_a_missing_store(tmp_path: Path) -> None:
-    with pytest.raises(MigrationRequired, match="no convstore store"):
+    with pytest.raises(StoreNotFound, match="no convstore store"):
         open_store(f"sqlite:///{tmp_path / 'none.db'}", read_only=True)
     assert not (tmp_path / "none.db").exists()
 

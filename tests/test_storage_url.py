@@ -8,6 +8,7 @@ import pytest
 
 from convstore.domain.errors import ConfigurationError
 from convstore.storage import PostgresLocation, SQLiteLocation, open_store, parse_location
+from convstore.storage.errors import StoreNotFound
 from convstore.storage.url import ENV_VAR, default_path
 
 
@@ -91,19 +92,36 @@ def test_default_is_in_the_user_data_folder(
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
     expected = tmp_path / "convstore" / "convstore.db"
     assert default_path() == expected
-    assert parse_location() == SQLiteLocation(expected)
+    assert parse_location() == SQLiteLocation(expected, default=True)
     monkeypatch.setenv(ENV_VAR, "   ")
-    assert parse_location(None) == SQLiteLocation(expected)
+    assert parse_location(None) == SQLiteLocation(expected, default=True)
+    assert parse_location(str(expected)) == SQLiteLocation(expected)  # explicit
 
 
 def test_open_store_follows_the_environment(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv(ENV_VAR, str(tmp_path / "nested" / "env.db"))
+    monkeypatch.setenv(ENV_VAR, str(tmp_path / "env.db"))
     with open_store() as store:
-        assert store.location == SQLiteLocation(tmp_path / "nested" / "env.db")
+        assert store.location == SQLiteLocation(tmp_path / "env.db")
         store.service.start("here")
-    assert (tmp_path / "nested" / "env.db").exists()
+    assert (tmp_path / "env.db").exists()
+
+
+def test_a_named_store_needs_its_folder_and_the_default_makes_its_own(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Scenario 32: a store is created at a location a person named, never a folder."""
+    monkeypatch.setenv(ENV_VAR, str(tmp_path / "nested" / "env.db"))
+    with pytest.raises(StoreNotFound, match="no folder"):
+        open_store()
+    assert not (tmp_path / "nested").exists()
+    monkeypatch.delenv(ENV_VAR)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    with open_store() as store:
+        store.service.start("here")
+    assert default_path().exists()
+    assert default_path().parent.stat().st_mode & 0o777 == 0o700
 
 
 def test_printed_postgres_location_never_shows_a_password() -> None:

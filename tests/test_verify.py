@@ -425,6 +425,9 @@ def test_verify_and_anchor_commands_end_to_end(
 def test_command_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     url = f"sqlite:///{tmp_path / 'store.db'}"
     code, _, err = run(capsys, "--db", url, "verify", str(uuid4()))
+    assert code == 2 and "no convstore store" in err  # reading creates nothing
+    open_store(url).close()
+    code, _, err = run(capsys, "--db", url, "verify", str(uuid4()))
     assert code == 2 and "no conversation" in err
     code, _, err = run(capsys, "--db", url, "verify", "--anchor", str(tmp_path / "missing.json"))
     assert code == 2 and "cannot be read" in err

@@ -30,7 +30,7 @@ def _list_arguments(parser: argparse.ArgumentParser) -> None:
 @command("list", "list conversations, oldest first", _list_arguments)
 def list_conversations(args: argparse.Namespace, session: Session) -> int:
     """One line per conversation: id, created, events, title."""
-    summaries = session.service.list(offset=args.offset, limit=args.limit)
+    summaries = session.reader.service.list(offset=args.offset, limit=args.limit)
     if args.json:
         session.out.json_array(transcript.to_data(summary) for summary in summaries)
     else:
@@ -47,7 +47,7 @@ def _show_arguments(parser: argparse.ArgumentParser) -> None:
 def show(args: argparse.Namespace, session: Session) -> int:
     """The conversation as a readable transcript, or its events as JSON (payload metadata only)."""
     conversation_id = parse_conversation_id(args.id)
-    events = session.service.events(conversation_id)
+    events = session.reader.service.events(conversation_id)
     first = next(events, None)
     if first is None:
         raise ConversationNotFound(f"no conversation {conversation_id}")
@@ -88,7 +88,7 @@ def export_command(args: argparse.Namespace, session: Session) -> int:
 
     if args.json and args.output is None:
         raise ConfigurationError("--json summarizes the files written: use it with -o PATH")
-    service = session.service
+    service = session.reader.service
     if args.id is not None:
         conversation = portable.load(service, parse_conversation_id(args.id), read_payload)
         if args.output is None:

@@ -73,7 +73,8 @@ def search_command(args: argparse.Namespace, session: Session) -> int:
     from convstore.projections import query, search
 
     query.parse_query(args.query)  # a query with nothing to search for fails before indexing
-    keeper = search.follower(session.store)
+    store = session.store if args.catch_up else session.reader  # only indexing writes
+    keeper = search.follower(store)
     if args.catch_up:
         progress = Progress(session.err, "indexing")
         try:
@@ -82,7 +83,7 @@ def search_command(args: argparse.Namespace, session: Session) -> int:
             progress.clear()
     elif lag := keeper.lag():
         session.err.line(f"the index is {lag} events behind the log (`convstore project`)")
-    hits = search.search(session.store, args.query, args.limit, catch_up=False)
+    hits = search.search(store, args.query, args.limit, catch_up=False)
     if args.json:
         session.out.json_array(msgspec.to_builtins(hit) for hit in hits)
         return 0

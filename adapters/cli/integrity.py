@@ -41,7 +41,7 @@ def audit_command(args: argparse.Namespace, session: Session) -> int:
     and the chain head. Exit 0; 5 when stored events cannot be read (run `verify`)."""
     from convstore.projections import audit
 
-    service = session.service
+    service = session.reader.service
     if args.id is not None:
         ids = [parse_conversation_id(args.id)]
     else:
@@ -113,7 +113,7 @@ def verify_command(args: argparse.Namespace, session: Session) -> int:
     conversation = parse_conversation_id(args.id) if args.id is not None else None
     progress = Progress(session.err, "verify") if conversation is None else None
     try:
-        report = verify.verify(session.store, conversation, anchors=anchors, progress=progress)
+        report = verify.verify(session.reader, conversation, anchors=anchors, progress=progress)
     finally:
         if progress is not None:
             progress.clear()
@@ -143,7 +143,7 @@ def anchor_command(args: argparse.Namespace, session: Session) -> int:
 
     progress = Progress(session.err, "anchor")
     try:
-        anchors = verify.export_anchors(session.store, progress=progress)
+        anchors = verify.export_anchors(session.reader, progress=progress)
     finally:
         progress.clear()
     data = verify.dump_anchors(anchors).decode("ascii")

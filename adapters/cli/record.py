@@ -103,7 +103,7 @@ def replay(args: argparse.Namespace, session: Session) -> int:
     """The request body as JSON on stdout (never writes to the store); `--dry-run` prints
     the loss report instead."""
     request = jobs.replay(
-        session.service,
+        session.reader.service,
         parse_conversation_id(args.id),
         args.provider,
         cfg=args.cfg,

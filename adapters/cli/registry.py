@@ -41,23 +41,39 @@ class Session:
 
     @property
     def store(self) -> Store:
-        """The store at `--db` (opened once, on first use), with the configured limits."""
+        """The store at `--db` opened to write (once, on first use), with the configured
+        limits: it is created if missing and migrated if behind."""
+        if self._store is not None and self._store.recorder.read_only:
+            self.close()  # a reader cannot write: reopen the store as a writer
         if self._store is None:
-            from convstore.storage import open_store  # here: `--help` needs no database
-            from convstore.storage.mapper import DEFAULT_MAX_EVENT_BYTES
-
-            limit = lookup(load_config(list(self.cfg)), MAX_EVENT_BYTES, DEFAULT_MAX_EVENT_BYTES)
-            if type(limit) is not int or limit < 1:
-                raise ConfigurationError(
-                    f"{MAX_EVENT_BYTES} must be a positive number of bytes, not {limit!r}"
-                )
-            self._store = open_store(self.url, max_event_bytes=limit)
+            self._store = self._open(read_only=False)
         return self._store
 
     @property
     def service(self) -> ConversationService:
-        """The application service of the store at `--db`."""
+        """The application service of the store at `--db`, opened to write."""
         return self.store.service
+
+    @property
+    def reader(self) -> Store:
+        """The store at `--db` opened to read (once, on first use): it takes no write lock,
+        runs no DDL and creates nothing, so it reads beside a writer and on read-only
+        media; a missing store is a `StoreNotFound` (exit 2). A command that opened the
+        store to write reads through that."""
+        if self._store is None:
+            self._store = self._open(read_only=True)
+        return self._store
+
+    def _open(self, *, read_only: bool) -> Store:
+        from convstore.storage import open_store  # here: `--help` needs no database
+        from convstore.storage.mapper import DEFAULT_MAX_EVENT_BYTES
+
+        limit = lookup(load_config(list(self.cfg)), MAX_EVENT_BYTES, DEFAULT_MAX_EVENT_BYTES)
+        if type(limit) is not int or limit < 1:
+            raise ConfigurationError(
+                f"{MAX_EVENT_BYTES} must be a positive number of bytes, not {limit!r}"
+            )
+        return open_store(self.url, max_event_bytes=limit, read_only=read_only)
 
     def close(self) -> None:
         """Close the store if a command opened it."""
