@@ -139,7 +139,7 @@ def text_attributions(
     if not spans:
         return out
     total = slots[-1].end
-    # Which byte offsets each slot must convert, and each span's pieces (None: unplaced).
+    # Which byte offsets each slot must convert, and each span's pieces (or why unplaced).
     wanted: list[list[int]] = [[] for _ in slots]
     placed: list[tuple[int, list[Source], list[tuple[int, int, int]] | str]] = []
     for start, end, text, sources in spans:
@@ -149,7 +149,7 @@ def text_attributions(
         if text is not None and _bytes_of(slots, start, end) != text.encode():
             placed.append((start, sources, UNPLACED_MISMATCH))
             continue
-        pieces = []
+        pieces: list[tuple[int, int, int]] = []
         for n, slot in enumerate(slots):
             low, high = max(start, slot.start), min(end, slot.end)
             if low < high:
@@ -161,13 +161,13 @@ def text_attributions(
         for slot, offsets in zip(slots, wanted, strict=True)
     ]
     seen: set[tuple[int, Attribution]] = set()
-    for start, sources, pieces in placed:
+    for start, sources, found in placed:
         ranges = (
             []
-            if isinstance(pieces, str)
-            else [(n, points[n][low], points[n][high]) for n, low, high in pieces]
+            if isinstance(found, str)
+            else [(n, points[n][low], points[n][high]) for n, low, high in found]
         )
-        why = pieces if isinstance(pieces, str) else ""
+        why = found if isinstance(found, str) else ""
         if not why and any(a is None or b is None for _, a, b in ranges):
             why = UNPLACED_SPLIT
         cited: list[tuple[int, Attribution]] = []

@@ -357,16 +357,17 @@ class PartMapper:
     def _code_result(self, assembled: AssembledBlock) -> list[Draft]:
         result = _dict(assembled.block, "codeExecutionResult")
         given = result.get("id")
-        named = isinstance(given, str) and bool(given)
-        if named and given in self._results:
-            self._results[given].append(assembled)  # a further result of a run
+        named = given if isinstance(given, str) and given else None
+        if named is not None and named in self._results:
+            self._results[named].append(assembled)  # a further result of a run
             return []
-        if named and given in self._open_code:
-            self._open_code.remove(given)
-            activity_id = given
+        activity_id: str
+        if named is not None and named in self._open_code:
+            self._open_code.remove(named)
+            activity_id = named
         elif self._open_code:
             activity_id = self._open_code.popleft()
-        elif self._results and not named:
+        elif self._results and named is None:
             self._results[next(reversed(self._results))].append(assembled)
             return []
         else:
