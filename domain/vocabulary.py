@@ -255,12 +255,14 @@ NoticeKind: TypeAlias = Literal[
     "incomplete",
     "error",
     "finish_message",
+    "stop_sequence",
     "screening",
     "container",
     "context_management",
 ]
 """What a notice is about: a refusal, a safety rating, a blocked prompt, why an answer is
-incomplete, the error of a failed response, the provider's finish message, a screening
+incomplete, the error of a failed response, the provider's finish message, the stop
+sequence that ended the answer, a screening
 result (e.g. Model Armor), the container the work ran in, context management applied."""
 
 

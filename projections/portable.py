@@ -194,7 +194,7 @@ class NoticeInfo(msgspec.Struct, kw_only=True):
 
     kind: NoticeKind
     """`refusal`, `safety`, `blocked`, `incomplete`, `error`, `finish_message`,
-    `screening`, `container` or `context_management`."""
+    `stop_sequence`, `screening`, `container` or `context_management`."""
     code: str = ""
     """The provider's category, reason or id, verbatim."""
     message: str = ""
@@ -609,7 +609,11 @@ class PortableFold:
         version, payload = event.originator_version, event.payload
         response = self._responses.get(event.response_id or "")
         reading = self._read(payload)
-        if reading is not None and response is not None:  # a kind now typed: its fields
+        # A kind now typed reads as notices (or as nothing to say); sources alone belong
+        # to an activity, so such an artifact stays shown as unknown.
+        if reading is not None and response is not None and (
+            reading.notices or not reading.sources
+        ):
             response.notices.extend(
                 NoticeInfo(
                     kind=notice.kind,

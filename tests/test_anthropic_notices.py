@@ -122,7 +122,7 @@ def test_an_artifact_stored_by_an_earlier_version_is_read_too() -> None:
 @pytest.mark.parametrize(
     "payload",
     [
-        message_fields(b'{"stop_sequence":"###"}'),  # no notice kind for it: stays unknown
+        message_fields(b'{"diagnostics":{"x":1}}'),  # no notice kind for it: stays unknown
         message_fields(b'{"container":{"id":"c"}}', fmt="stream_event"),
         ProviderPayload(provider="openai", format="message_fields", value=msgspec.Raw(b"{}")),
         message_fields(b"[1, 2]"),
@@ -175,3 +175,13 @@ def test_a_web_search_lists_every_page_it_consulted(name: str, n: int) -> None:
     assert [(i.activity_id, [(s.kind, s.url, s.title) for s in i.sources]) for i in searches] == [
         (b["tool_use_id"], [("web", r["url"], r["title"]) for r in b["content"]]) for b in results
     ]
+
+
+def test_the_stop_sequence_that_ended_the_answer_is_a_notice() -> None:
+    reading = interpret(message_fields(b'{"stop_sequence":"###","container":"c_1"}'))
+    assert reading is not None
+    assert reading.notices == (
+        Notice(kind="stop_sequence", code="###"),
+        Notice(kind="container", code="c_1"),
+    )
+    assert interpret(message_fields(b'{"stop_sequence":null}')) is None

@@ -23,10 +23,13 @@ from convstore.domain import (
     Display,
     Event,
     HostedActivity,
+    Notice,
+    PayloadReading,
     ProviderPayload,
     ResponseEnded,
     ResponseId,
     ResponseStarted,
+    Source,
     ToolCallRequested,
     ToolCallResponded,
     TurnId,
@@ -321,6 +324,35 @@ def test_events_outside_a_turn_and_orphans_are_kept_not_dropped() -> None:
     response, unknown = reading.turns[0].items
     assert isinstance(response, ResponseItem) and response.state == "abandoned"
     assert isinstance(unknown, UnknownItem) and unknown.size == len(b'{"secret":"x"}')
+
+
+def test_a_typed_payload_reads_as_notices_and_sources_alone_stay_unknown() -> None:
+    """What `interpret` types: notices attach to the response and replace the placeholder;
+    a kind with nothing to say leaves nothing; sources alone belong to an activity, so an
+    artifact reading only as sources stays a placeholder. Without `interpret`, every
+    artifact is a placeholder."""
+    r1 = ResponseId("r1")
+    kinds = ("notice", "silent", "sources", "other")
+    events = _recorded(
+        ResponseStarted(response_id=r1, provider="acme"),
+        *(
+            UnknownArtifact(response_id=r1, payload=ProviderPayload.of("acme", kind, b"{}"))
+            for kind in kinds
+        ),
+        ResponseEnded(response_id=r1, state="completed"),
+    )
+    readings = {
+        "notice": PayloadReading(notices=(Notice(kind="refusal", code="cyber"),)),
+        "silent": PayloadReading(),
+        "sources": PayloadReading(sources=(Source(kind="web", url="https://example.com"),)),
+    }
+    reading = portable.fold(events, lambda payload: readings.get(payload.format))
+    response, *rest = reading.turns[0].items
+    assert isinstance(response, ResponseItem)
+    assert [(n.kind, n.code) for n in response.notices] == [("refusal", "cyber")]
+    assert [item.format for item in rest if isinstance(item, UnknownItem)] == ["sources", "other"]
+    plain = portable.fold(events).turns[0].items
+    assert [item.format for item in plain if isinstance(item, UnknownItem)] == list(kinds)
 
 
 def _recorded(*drafts: Event) -> list[Event]:

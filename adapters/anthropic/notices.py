@@ -14,8 +14,11 @@ typed notices for the portable reading, never rewriting it:
 - `context_management`: one notice of kind `context_management` per applied edit, its
   type as the code and its counters (`cleared_input_tokens`, …) in the details.
 
-Other fields (`stop_sequence`, `diagnostics`, …) have no notice kind: a payload giving no
-notice reads as None and stays an unknown artifact.
+- `stop_sequence`: kind `stop_sequence`, the custom sequence that ended the answer as the
+  code.
+
+Other fields (`diagnostics`, …) have no notice kind: a payload giving no notice reads as
+None and stays an unknown artifact.
 
 A `web_search_tool_result` block (a hosted activity's result payload) reads as the pages
 the search consulted: one web `Source` (url, title) per result, cited or not.
@@ -112,7 +115,9 @@ def interpret(payload: ProviderPayload) -> PayloadReading | None:
         return None
     if payload.format == CONTENT_BLOCK:
         return _consulted(fields)
+    stop = fields.get("stop_sequence")
     notices = (
+        *([Notice(kind="stop_sequence", code=stop)] if isinstance(stop, str) and stop else []),
         *_refusal(fields.get("stop_details")),
         *_container(fields.get("container")),
         *_context_management(fields.get("context_management")),

@@ -35,6 +35,7 @@ from convstore.adapters.wire.encoding import (
     recorded_list,
     recorded_native,
     set_field,
+    settings_loss,
     target_model,
 )
 from convstore.adapters.wire.providers import DeclaredTool, Loss
@@ -42,6 +43,14 @@ from convstore.domain.events import HostedActivity
 
 DEFAULT_MAX_TOKENS: Final = 4096
 """`max_tokens` when neither the configuration nor the recorded request gives one."""
+
+
+SAMPLING: Final = frozenset({"temperature", "top_p", "top_k"})
+"""Sampling parameters, which the Messages API no longer takes."""
+SAMPLING_GONE: Final = (
+    "left out: the Messages API no longer takes sampling parameters (API version "
+    "2026-10-21 refuses them on every model; the official SDK has none)"
+)
 
 
 @dataclass(slots=True)
@@ -129,6 +138,9 @@ class ResolvedSettings(RecordedSettings):
         body: dict[str, Any] = {}
         if self.native is not None:
             body.update((k, v) for k, v in self.native.items() if k not in ("messages", "stream"))
+            for name in SAMPLING & body.keys():
+                del body[name]
+                losses.append(settings_loss(self.source, f"{name} {SAMPLING_GONE}"))
         body["model"] = self.model
         body["max_tokens"] = self.max_tokens
         if self.native is None and self.portable.system:

@@ -101,8 +101,11 @@ def decode_message(
     reported = decode_field(fields.get("error"))
     if kind is None and "output" not in fields and isinstance(reported, dict):
         return failed_response(derived_id(body), context, error_info(reported, status))
-    if kind not in _OBJECTS or not isinstance(response_id, str) or not response_id:
-        raise DecodeError(f"not an OpenAI response: object {kind!r}, id {response_id!r}")
+    known = kind is None or (isinstance(kind, str) and kind in _OBJECTS)  # never unhashable
+    if not known or not isinstance(response_id, str) or not response_id:
+        named = repr(kind) if kind is None or isinstance(kind, str) else type(kind).__name__
+        given = repr(response_id) if isinstance(response_id, str | None) else "not a string"
+        raise DecodeError(f"not an OpenAI response: object {named}, id {given}")
     if kind is None and "output" not in fields:
         raise DecodeError("not an OpenAI response: no object type and no output")
     head = ResponseHead(response_id, fields, context)
