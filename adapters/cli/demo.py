@@ -31,6 +31,7 @@ from pathlib import Path
 from convstore.adapters.terminal.render import Renderer
 from convstore.adapters.wire.providers import PROVIDERS, adapter
 from convstore.domain.errors import ConfigurationError
+from convstore.domain.events import ResponseEnded
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CUT = EXAMPLES / "anthropic" / "errors" / "1"
@@ -72,9 +73,19 @@ def _history(request: Path) -> list[object]:
     return history if isinstance(history, list) else [history]
 
 
+def _exit_status(provider: str, request: Path, response: Path) -> int:
+    """The status `ingest` ends with for a capture: 3 when its response ended failed or
+    abandoned (a failed or cut-short response is recorded as such), else 0."""
+    meta = json.loads(response.with_name(f"{response.name.split('.')[0]}.meta.json").read_text())
+    drafts = adapter(provider).decode(response.read_bytes(), request.read_bytes(), meta["status"])
+    ended = [e.state for e in drafts if isinstance(e, ResponseEnded)]
+    return 0 if ended and all(state == "completed" for state in ended) else 3
+
+
 def _sequence(provider: str, folder: Path) -> Iterator[Step]:
-    """Exchange 1 starts a conversation; a later exchange whose request repeats the
-    previous request's messages continues it, any other is a separate question."""
+    """Exchange 1 starts a conversation; a later exchange whose request extends the
+    previous request's messages continues it, any other (the same question asked again
+    included) is a separate question."""
     name = f"{provider}/{folder.name}"
     responses = sorted(folder.glob("*.response.*"), key=lambda p: int(p.name.split(".")[0]))
     previous: list[object] = []
@@ -82,14 +93,16 @@ def _sequence(provider: str, folder: Path) -> Iterator[Step]:
         request = folder / f"{number}.request.json"
         ingest = ("ingest", "--provider", provider, "--request", request, response)
         history = _history(request)
+        status = _exit_status(provider, request, response)
         if number == 1:
-            yield Step(f"{name}, exchange 1: a new conversation", (*ingest, "--json"), learn=name)
-        elif history[: len(previous)] == previous:
-            yield Step(f"{name}, exchange {number}", (*ingest, "--conversation", Ref(name)))
+            title = f"{name}, exchange 1: a new conversation"
+            yield Step(title, (*ingest, "--json"), expect=status, learn=name)
+        elif len(history) > len(previous) and history[: len(previous)] == previous:
+            continued = (*ingest, "--conversation", Ref(name))
+            yield Step(f"{name}, exchange {number}", continued, expect=status)
         else:
-            yield Step(
-                f"{name}, exchange {number}: a separate question, a new conversation", ingest
-            )
+            title = f"{name}, exchange {number}: a separate question, a new conversation"
+            yield Step(title, ingest, expect=status)
         previous = history
 
 
