@@ -381,13 +381,15 @@ def check_after_kill(
         check_integrity(store)
         events = events_after(store, position)
         check_conversations(store, events)
-        started = Counter(
-            (e.originator_id, e.response_id) for e in events if isinstance(e, ResponseStarted)
+        started = Counter(  # the provider's responses (a request's history has its own)
+            (e.originator_id, e.response_id)
+            for e in events
+            if isinstance(e, ResponseStarted) and e.origin == "provider"
         )
         ended = {
             (e.originator_id, e.response_id): e.state
             for e in events
-            if isinstance(e, ResponseEnded)
+            if isinstance(e, ResponseEnded) and (e.originator_id, e.response_id) in started
         }
         keys = {(ack.conversation_id, ack.response_id) for ack in acknowledged}
         for ack in acknowledged:

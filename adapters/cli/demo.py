@@ -73,37 +73,41 @@ def _history(request: Path) -> list[object]:
     return history if isinstance(history, list) else [history]
 
 
-def _exit_status(provider: str, request: Path, response: Path) -> int:
-    """The status `ingest` ends with for a capture: 3 when its response ended failed or
-    abandoned (a failed or cut-short response is recorded as such), else 0."""
+def _outcome(provider: str, request: Path, response: Path) -> tuple[str, int]:
+    """A capture's response id, and the status `ingest` ends with for it: 3 when the
+    response ended failed or abandoned (it is recorded as such), else 0."""
     meta = json.loads(response.with_name(f"{response.name.split('.')[0]}.meta.json").read_text())
     drafts = adapter(provider).decode(response.read_bytes(), request.read_bytes(), meta["status"])
-    ended = [e.state for e in drafts if isinstance(e, ResponseEnded)]
-    return 0 if ended and all(state == "completed" for state in ended) else 3
+    ended = [e for e in drafts if isinstance(e, ResponseEnded)]
+    completed = bool(ended) and all(e.state == "completed" for e in ended)
+    return (ended[0].response_id if ended else ""), 0 if completed else 3
 
 
 def _sequence(provider: str, folder: Path) -> Iterator[Step]:
     """Exchange 1 starts a conversation; a later exchange whose request extends the
-    previous request's messages continues it, any other (the same question asked again
-    included) is a separate question."""
+    previous request's messages continues it, and so does the same request with the same
+    response (stored already); any other is a separate question (the same question asked
+    again and answered anew included)."""
     name = f"{provider}/{folder.name}"
     responses = sorted(folder.glob("*.response.*"), key=lambda p: int(p.name.split(".")[0]))
     previous: list[object] = []
+    answered = ""
     for number, response in enumerate(responses, start=1):
         request = folder / f"{number}.request.json"
         ingest = ("ingest", "--provider", provider, "--request", request, response)
         history = _history(request)
-        status = _exit_status(provider, request, response)
+        response_id, status = _outcome(provider, request, response)
+        again = history == previous and response_id == answered
         if number == 1:
             title = f"{name}, exchange 1: a new conversation"
             yield Step(title, (*ingest, "--json"), expect=status, learn=name)
-        elif len(history) > len(previous) and history[: len(previous)] == previous:
+        elif again or (len(history) > len(previous) and history[: len(previous)] == previous):
             continued = (*ingest, "--conversation", Ref(name))
             yield Step(f"{name}, exchange {number}", continued, expect=status)
         else:
             title = f"{name}, exchange {number}: a separate question, a new conversation"
             yield Step(title, ingest, expect=status)
-        previous = history
+        previous, answered = history, response_id
 
 
 def steps(providers: Sequence[str]) -> Iterator[Step]:
