@@ -611,8 +611,10 @@ class PortableFold:
         reading = self._read(payload)
         # A kind now typed reads as notices (or as nothing to say); sources alone belong
         # to an activity, so such an artifact stays shown as unknown.
-        if reading is not None and response is not None and (
-            reading.notices or not reading.sources
+        if (
+            reading is not None
+            and response is not None
+            and (reading.notices or not reading.sources)
         ):
             response.notices.extend(
                 NoticeInfo(
