@@ -228,7 +228,7 @@ def test_recorded_traffic_round_trips(folder: Path) -> None:
     raw = encoded.to_json()
     body = json.loads(raw)
     sampling = set(json.loads(request or b"{}")) & SAMPLING  # the API refuses them now
-    assert sorted(loss.reason.split()[0] for loss in encoded.losses) == sorted(sampling)
+    assert sorted(loss.reason.split(":")[0] for loss in encoded.losses) == sorted(sampling)
     assert all(loss.kind == "settings" for loss in encoded.losses)
     if request is not None:
         sent = json.loads(request)["messages"]

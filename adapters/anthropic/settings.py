@@ -48,8 +48,8 @@ DEFAULT_MAX_TOKENS: Final = 4096
 SAMPLING: Final = frozenset({"temperature", "top_p", "top_k"})
 """Sampling parameters, which the Messages API no longer takes."""
 SAMPLING_GONE: Final = (
-    "left out: the Messages API no longer takes sampling parameters (API version "
-    "2026-10-21 refuses them on every model; the official SDK has none)"
+    "the Messages API no longer takes sampling parameters (API version 2026-10-21 "
+    "refuses them on every model; the official SDK has none)"
 )
 
 
@@ -140,7 +140,7 @@ class ResolvedSettings(RecordedSettings):
             body.update((k, v) for k, v in self.native.items() if k not in ("messages", "stream"))
             for name in SAMPLING & body.keys():
                 del body[name]
-                losses.append(settings_loss(self.source, f"{name} {SAMPLING_GONE}"))
+                losses.append(settings_loss(self.source, f"{name}: {SAMPLING_GONE}"))
         body["model"] = self.model
         body["max_tokens"] = self.max_tokens
         if self.native is None and self.portable.system:
