@@ -18,7 +18,9 @@ into either a stream of decoded body bytes or one typed error, and never leak a 
   costs bounded memory. We ask for `gzip, deflate`
   only; any other content coding is refused with a `DecodeError`.
 - **Secrets**: the values of `x-api-key`, `authorization`, `x-goog-api-key` and `api-key`
-  request headers are scrubbed from every message and error body this module produces;
+  request headers are scrubbed from every message and every body, error or successful,
+  this module produces (a successful body as it streams, a key split between two pieces
+  included);
   no error keeps a reference to httpx's request (it holds the headers); URLs in messages
   lose their query string.
 
@@ -183,6 +185,29 @@ class _Scrubber:
             data = data.replace(secret.encode(), REDACTED.encode())
         return data
 
+    def stream(self, pieces: Iterable[bytes]) -> Iterator[bytes]:
+        """`pieces` scrubbed as they pass, a secret split between two of them included:
+        the last bytes of each (one fewer than the longest secret) wait for the next, and
+        are handed over before an error `pieces` raises."""
+        if not self._secrets:
+            yield from pieces
+            return
+        keep = max(len(secret.encode()) for secret in self._secrets) - 1
+        held = b""
+        try:
+            for piece in pieces:
+                held = self.data(held + piece)
+                if len(held) > keep:
+                    cut = len(held) - keep
+                    yield held[:cut]
+                    held = held[cut:]
+        except Exception:
+            if held:
+                yield held
+            raise
+        if held:
+            yield held
+
 
 def _where(url: httpx.URL | str) -> str:
     """A URL for messages: scheme, host, port and path; never the query (it may hold a key)."""
@@ -248,10 +273,14 @@ class HTTPStream:
         return self.iter_bytes()
 
     def iter_bytes(self) -> Iterator[bytes]:
-        """The decoded body, piece by piece, as it arrives; may be called once."""
+        """The decoded body, piece by piece, as it arrives, the request's keys scrubbed
+        (a provider may echo one back); may be called once."""
         if self._started:
             raise RuntimeError("the answer's body was already read")
         self._started = True
+        return self._scrub.stream(self._decoded())
+
+    def _decoded(self) -> Iterator[bytes]:
         pieces: Iterable[bytes] = self._raw()
         for coding in self._codings:
             pieces = inflate(pieces, coding, self._cut_coding)

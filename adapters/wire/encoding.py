@@ -17,6 +17,7 @@ import msgspec
 
 from convstore.adapters.wire.models import ModelNames
 from convstore.adapters.wire.providers import Loss
+from convstore.adapters.wire.secrets import MARKER, credential_paths
 from convstore.domain.errors import ConfigurationError
 from convstore.domain.events import Event, HostedActivity, ResponseEnded, ResponseStarted
 from convstore.domain.vocabulary import RequestSettings, ToolDeclaration
@@ -77,7 +78,8 @@ def recorded_native(
     source: ResponseStarted | None, provider: str, losses: list[Loss]
 ) -> dict[str, msgspec.Raw] | None:
     """The fields of the native request `source` recorded, when it is `provider`'s (None
-    otherwise, with a settings loss when there was one that cannot be used)."""
+    otherwise, with a settings loss when there was one that cannot be used); a
+    `credential` loss for each credential scrubbed from it (`secrets.MARKER`)."""
     if source is None or source.settings.native is None:
         return None
     payload = source.settings.native
@@ -86,10 +88,17 @@ def recorded_native(
         losses.append(settings_loss(source, reason))
         return None
     try:
-        return RAW_FIELDS.decode(payload.raw)
+        fields = RAW_FIELDS.decode(payload.raw)
     except (msgspec.DecodeError, msgspec.ValidationError):
         losses.append(settings_loss(source, "recorded settings are not an object"))
         return None
+    for path in credential_paths(payload.raw):
+        reason = (
+            f"{path}: a credential was not stored (convstore never stores one) and must "
+            f"be supplied by configuration: the request carries {MARKER!r} in its place"
+        )
+        losses.append(settings_loss(source, reason, kind="credential"))
+    return fields
 
 
 def recorded_list(native: Mapping[str, msgspec.Raw], key: str) -> list[msgspec.Raw]:

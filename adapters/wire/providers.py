@@ -4,6 +4,10 @@ Each wire-format package (`anthropic`, `openai`, `google`) registers a `Provider
 here: how to decode a response body, how to read the history a captured request holds,
 how to encode a conversation as the provider's request, and how to send one. Modules are
 imported on first use, so the command line starts fast.
+
+A captured request body enters only through `decode` (see `decode_with_request`) and
+`need_history`, and both read it scrubbed of credentials (`secrets.scrub_request`), so no
+credential it carries reaches an event.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any, Final, Protocol, TypeVar
 
 import msgspec
 
+from convstore.adapters.wire.secrets import scrub_request
 from convstore.domain.errors import ConfigurationError
 from convstore.domain.events import Event
 from convstore.domain.vocabulary import PayloadReading, ProviderPayload
@@ -30,7 +35,8 @@ class Loss(msgspec.Struct, frozen=True, kw_only=True):
     """The event type, e.g. `Reasoning`, or `settings`."""
     kind: str
     """What is lost: `reasoning`, `hosted_activity`, `citations`, `payload`,
-    `unknown_artifact`, `tool_declaration`, `tool_choice`, `settings`, `text`, …"""
+    `unknown_artifact`, `tool_declaration`, `tool_choice`, `settings`, `credential`,
+    `text`, …"""
     reason: str
 
 
@@ -131,13 +137,14 @@ class ContextDecoder(Protocol[C_contra]):
 def decode_with_request(
     read: Callable[[bytes], C_contra], decode: ContextDecoder[C_contra]
 ) -> Decode:
-    """The `Decode` that reads the request body, when there is one, with `read` (a
-    provider's `RequestContext.from_body`) and decodes against what it says."""
+    """The `Decode` that reads the request body, when there is one, scrubbed of
+    credentials, with `read` (a provider's `RequestContext.from_body`) and decodes
+    against what it says."""
 
     def decode_body(
         body: bytes | Iterable[bytes], request: bytes | None, status: int | None
     ) -> Iterator[Event]:
-        context = read(request) if request is not None else None
+        context = read(scrub_request(request)) if request is not None else None
         return decode(body, request=context, status=status)
 
     return decode_body
@@ -184,10 +191,16 @@ class ProviderAdapter:
     """Reads the provider's own payloads for the portable reading (see `read_payload`)."""
 
     def need_history(self) -> History:
-        """`history`, or a clear error where this provider has none yet."""
-        if self.history is None:
+        """`history`, reading the request body scrubbed of credentials, or a clear error
+        where this provider has none yet."""
+        history = self.history
+        if history is None:
             raise ConfigurationError(f"--request is not supported for provider {self.name!r}")
-        return self.history
+
+        def scrubbed(events: Sequence[Event], request: bytes) -> list[MessageDrafts]:
+            return history(events, scrub_request(request))
+
+        return scrubbed
 
     def need_encode(self) -> Encode:
         """`encode`, or a clear error."""
