@@ -14,6 +14,7 @@
     ├── ConversationNotFound          no conversation with that id
     ├── ConcurrencyConflict           another writer appended first (optimistic concurrency)
     ├── ResponseConflict              a stored response id arriving with different content
+    ├── WriterAlive                   `repair` of a response whose writer still holds its lock
     ├── EventTooLarge                 an event over `limits.max_event_bytes`
     ├── IntegrityError                stored bytes that fail the hash chain
     ├── DecodeError                   provider input that cannot be read (truncated, malformed)
@@ -84,6 +85,10 @@ class ConcurrencyConflict(ConvstoreError):
 
 class ResponseConflict(ConvstoreError):
     """A provider response id already stored arrived with different content."""
+
+
+class WriterAlive(ConvstoreError):
+    """A repair refused: the open response's writer is alive (it still holds its lock)."""
 
 
 class EventTooLarge(ConvstoreError):

@@ -1,7 +1,7 @@
 """The application service: commands and queries over conversations.
 
-It receives its persistence at construction (a `ConversationRepository`, built by
-`convstore.storage`), so the domain imports nothing of ours outside itself.
+It receives its persistence at construction (a `ConversationRepository` and a `Liveness`,
+both built by `convstore.storage`), so the domain imports nothing of ours outside itself.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Protocol
 import msgspec
 
 from convstore.domain.conversation import Conversation
+from convstore.domain.errors import WriterAlive
 from convstore.domain.events import (
     Event,
     HostedActivity,
@@ -25,7 +26,14 @@ from convstore.domain.events import (
 )
 from convstore.domain.responses import ResponseOutcome, ResponseRecorder
 from convstore.domain.vocabulary import ActivityId, ConversationId, Writer
-from convstore.domain.writers import DEFAULT_STALE_AFTER, current_writer, writer_alive
+from convstore.domain.writers import (
+    DEFAULT_STALE_AFTER,
+    Liveness,
+    OwnProcessOnly,
+    WriterStatus,
+    current_writer,
+    judge,
+)
 
 INTERRUPTED_RESULT = "The tool call was interrupted; no result was recorded."
 
@@ -68,13 +76,18 @@ class ConversationService:
         self,
         repository: ConversationRepository,
         *,
+        liveness: Liveness | None = None,
         writer: Writer | None = None,
         stale_after: float = DEFAULT_STALE_AFTER,
         max_event_bytes: int | None = None,
     ) -> None:
         self.repository = repository
-        self.writer = writer or current_writer()
+        self.liveness: Liveness = liveness or OwnProcessOnly()
+        """The writers' holds: this process's, taken before it records a response, and
+        the test of another writer's (see `domain.writers`)."""
+        self._writer = writer
         self.stale_after = stale_after
+        """Seconds a response of a writer without a writer id stays open (the lease rule)."""
         self.max_event_bytes = max_event_bytes
         """Drafts over this many bytes end their response `failed` (`too_large`)."""
 
@@ -140,14 +153,23 @@ class ConversationService:
         )
         return recorder.record(drafts, writer=self.writer)
 
-    def repair(self, conversation_id: ConversationId) -> list[Event]:
+    def repair(self, conversation_id: ConversationId, *, force: bool = False) -> list[Event]:
         """Close any open response as abandoned and answer every orphaned client tool call.
 
-        Hosted activities are untouched: the provider ran them, not us.
+        Raises WriterAlive (nothing written) when the open response's writer is alive,
+        unless `force`: its later writes to that response are then refused. Hosted
+        activities are untouched: the provider ran them, not us.
         """
         conversation = self.repository.load(conversation_id)
         open_response = conversation.state.open_response
         if open_response is not None:
+            if not force and self._writer_status(conversation) == "alive":
+                raise WriterAlive(
+                    f"response {open_response.response_id!r} is still being written: "
+                    f"{_alive_because(open_response.writer, self.stale_after)}; nothing was "
+                    "written. Wait for it to end, or close it anyway with "
+                    f"`convstore repair {conversation_id} --force`"
+                )
             conversation.record(
                 ResponseEnded(
                     response_id=open_response.response_id,
@@ -214,18 +236,30 @@ class ConversationService:
 
     # --- internals --------------------------------------------------------------------------
 
-    def _close_dead_response(self, conversation: Conversation) -> None:
+    @property
+    def writer(self) -> Writer:
+        """This process as the writer of the responses it records, its hold taken."""
+        if self._writer is not None:
+            return self._writer
+        return current_writer(self.liveness.hold())
+
+    def _writer_status(self, conversation: Conversation) -> WriterStatus:
         open_response = conversation.state.open_response
-        if open_response is None or open_response.writer is None:
-            return
-        if open_response.writer == self.writer:
-            return
-        if writer_alive(
+        if open_response is None:
+            return "unknown"
+        if self._writer is not None and open_response.writer == self._writer:
+            return "alive"
+        return judge(
             open_response.writer,
+            self.liveness,
             opened_at=open_response.started_at,
             now=time.time(),
             stale_after=self.stale_after,
-        ):
+        )
+
+    def _close_dead_response(self, conversation: Conversation) -> None:
+        open_response = conversation.state.open_response
+        if open_response is None or self._writer_status(conversation) != "gone":
             return
         conversation.record(
             ResponseEnded(
@@ -235,3 +269,14 @@ class ConversationService:
                 finish_reason="other",
             )
         )
+
+
+def _alive_because(writer: Writer | None, stale_after: float) -> str:
+    if writer is not None and writer.id:
+        return (
+            f"its writer (writer id {writer.id}, pid {writer.pid} on {writer.host}) holds its lock"
+        )
+    return (
+        "its writer recorded no writer id (an earlier convstore), and the response opened "
+        f"less than {stale_after / 60:g} minutes ago"
+    )

@@ -287,13 +287,20 @@ class PayloadReading(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
     """Sources a hosted activity consulted beyond those cited (OpenAI's `action.sources`)."""
 
 
-class Writer(msgspec.Struct, frozen=True, kw_only=True):
-    """The process that wrote a ResponseStarted, to tell a live stream from a dead one."""
+class Writer(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The process that wrote a ResponseStarted, to tell a live stream from a dead one.
+
+    `id` names the hold the writer keeps for its life (see `domain.writers`); it alone
+    decides liveness. Host, pid and process start are kept for people (and for readers of
+    earlier versions); a response recorded before writer ids has `id == ""`.
+    """
 
     host: str
     pid: int
     started: float
-    """The process start time, so a reused pid is not mistaken for the writer."""
+    """The process start time in clock ticks since boot (0.0 where unknown)."""
+    id: str = ""
+    """The writer id: the key of the hold (a lock) the writing process keeps."""
 
 
 class Display(msgspec.Struct, frozen=True, kw_only=True):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from types import TracebackType
 
 from convstore.domain.service import ConversationService
+from convstore.storage.holds import liveness_for
 from convstore.storage.mapper import DEFAULT_MAX_EVENT_BYTES, EventMapper
 from convstore.storage.recorder import ConversationRecorder
 from convstore.storage.repository import (
@@ -84,7 +85,9 @@ def open_store(
         snapshot_every=snapshot_every,
         cache_size=cache_size,
     )
-    service = ConversationService(repository, max_event_bytes=max_event_bytes)
+    service = ConversationService(
+        repository, liveness=liveness_for(location), max_event_bytes=max_event_bytes
+    )
     return Store(location, recorder, repository, service)
 
 

@@ -543,7 +543,7 @@ def streamed(response: Path) -> Reply:
 
 
 def database_bytes(tmp_path: Path) -> bytes:
-    files = sorted(tmp_path.glob("convstore.db*"))  # the database, its -wal and -shm
+    files = sorted(f for f in tmp_path.glob("convstore.db*") if f.is_file())  # -wal, -shm too
     assert files
     return b"".join(f.read_bytes() for f in files)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
+import uuid
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 
@@ -42,10 +42,11 @@ from convstore.domain.errors import (
     ConversationNotFound,
     DuplicateId,
     ResponseStillOpen,
+    WriterAlive,
 )
 from convstore.domain.service import INTERRUPTED_RESULT
 from convstore.domain.vocabulary import Lifecycle
-from convstore.domain.writers import current_writer, process_start
+from convstore.domain.writers import WriterStatus, process_writer_id
 
 _decode = msgspec.json.Decoder(ConversationEvent).decode
 
@@ -254,7 +255,7 @@ def _interrupted(service: ConversationService) -> ConversationId:
             ),
             ResponseEnded(response_id=R1, state="completed", finish_reason="tool_use"),
             ToolCallResponded(call_id=CallId("c1"), content="42"),
-            ResponseStarted(response_id=R2, provider="anthropic", writer=service.writer),
+            ResponseStarted(response_id=R2, provider="anthropic", writer=another_writer()),
             ToolCallRequested(response_id=R2, call_id=CallId("c3"), name="g"),
         ],
     )
@@ -360,27 +361,52 @@ def test_abandon_activities_by_provider_then_by_id_then_all(service: Conversatio
 # --- writers that went away --------------------------------------------------------------------
 
 
+class Holds:
+    """A `Liveness` whose holds the test sets: writer id → status (`gone` when unset)."""
+
+    def __init__(self) -> None:
+        self.statuses: dict[str, WriterStatus] = {}
+
+    def hold(self) -> str:
+        return process_writer_id()
+
+    def status(self, writer_id: str) -> WriterStatus:
+        return self.statuses.get(writer_id, "gone")
+
+
+def another_writer(*, host: str | None = None, pid: int | None = None) -> Writer:
+    """A writer of another process (a fresh writer id), by default on this host."""
+    return Writer(
+        host=host or socket.gethostname(),
+        pid=os.getpid() if pid is None else pid,
+        started=1.0,
+        id=uuid.uuid4().hex,
+    )
+
+
+@pytest.fixture
+def holds() -> Holds:
+    return Holds()
+
+
+@pytest.fixture
+def held(repository: InMemoryRepository, holds: Holds) -> ConversationService:
+    """A service whose writers' holds the test sets."""
+    return ConversationService(repository, liveness=holds)
+
+
 @pytest.fixture
 def dead_writer() -> Writer:
-    """A process on this host that existed and is gone (reaped), with its real start time."""
-    process = subprocess.Popen(["true"])
-    started = process_start(process.pid)  # readable while it runs or lingers as a zombie
-    process.wait()
-    assert started > 0
-    return Writer(host=socket.gethostname(), pid=process.pid, started=started)
+    """A writer whose hold is released (unset in `holds`)."""
+    return another_writer()
 
 
 @pytest.fixture
-def live_writer() -> Iterator[Writer]:
-    """Another live process on this host."""
-    process = subprocess.Popen(["sleep", "30"])
-    try:
-        started = process_start(process.pid)
-        assert started > 0
-        yield Writer(host=socket.gethostname(), pid=process.pid, started=started)
-    finally:
-        process.kill()
-        process.wait()
+def live_writer(holds: Holds) -> Writer:
+    """Another process's writer that holds its lock."""
+    writer = another_writer()
+    holds.statuses[writer.id] = "alive"
+    return writer
 
 
 def _open_response(service: ConversationService, writer: Writer) -> ConversationId:
@@ -411,95 +437,150 @@ def _assert_closed_before(
 
 
 def test_a_response_left_open_by_a_dead_writer_is_closed_before_the_next_append(
-    service: ConversationService, dead_writer: Writer
+    held: ConversationService, dead_writer: Writer
 ) -> None:
-    cid = _open_response(service, dead_writer)
-    recorded = service.append(cid, [UserMessage(blocks=("still there?",))])
-    _assert_closed_before(service, cid, recorded)
-    conversation = service.get(cid)
+    cid = _open_response(held, dead_writer)
+    recorded = held.append(cid, [UserMessage(blocks=("still there?",))])
+    _assert_closed_before(held, cid, recorded)
+    conversation = held.get(cid)
     assert conversation.state.open_response is None
     assert conversation.open_calls() == ["c1"]  # orphaned, for `repair` to answer
 
 
-def test_a_response_opened_by_a_live_process_stays_open(
-    service: ConversationService, live_writer: Writer
+def test_a_response_whose_writer_holds_its_lock_stays_open(
+    held: ConversationService, live_writer: Writer
 ) -> None:
-    cid = _open_response(service, live_writer)
-    version = service.get(cid).version
+    cid = _open_response(held, live_writer)
+    version = held.get(cid).version
     with pytest.raises(ResponseStillOpen):
-        service.append(cid, [UserMessage(blocks=("too early",))])
-    assert service.get(cid).version == version
+        held.append(cid, [UserMessage(blocks=("too early",))])
+    assert held.get(cid).version == version
     # its own events still go in
-    service.append(cid, [AssistantText(response_id=R1, text="streaming")])
-    assert service.get(cid).state.open_response is not None
+    held.append(cid, [AssistantText(response_id=R1, text="streaming")])
+    assert held.get(cid).state.open_response is not None
 
 
-def test_a_live_writer_that_dies_is_then_closed(service: ConversationService) -> None:
-    process = subprocess.Popen(["sleep", "30"])
-    try:
-        writer = Writer(
-            host=socket.gethostname(), pid=process.pid, started=process_start(process.pid)
-        )
-        cid = _open_response(service, writer)
-        with pytest.raises(ResponseStillOpen):
-            service.append(cid, [UserMessage(blocks=("x",))])
-    finally:
-        process.kill()
-        process.wait()
-    _assert_closed_before(service, cid, service.append(cid, [UserMessage(blocks=("x",))]))
-
-
-def test_a_reused_pid_is_told_apart_by_its_start_time(service: ConversationService) -> None:
-    me = current_writer()
-    assert (me.pid, me.host) == (os.getpid(), socket.gethostname())
-    ghost = Writer(host=me.host, pid=me.pid, started=me.started - 1)  # an earlier owner of our pid
-    cid = _open_response(service, ghost)
-    _assert_closed_before(service, cid, service.append(cid, [UserMessage(blocks=("x",))]))
-
-
-def test_the_services_own_open_response_is_never_closed(service: ConversationService) -> None:
-    cid = _open_response(service, service.writer)
-    with pytest.raises(ResponseStillOpen):
-        service.append(cid, [UserMessage(blocks=("x",))])
-    assert service.get(cid).state.open_response is not None
-
-
-def test_a_response_without_a_writer_is_left_to_repair(service: ConversationService) -> None:
-    cid = service.start()
-    service.append(cid, [ResponseStarted(response_id=R1, provider="openai")])
-    with pytest.raises(ResponseStillOpen):
-        service.append(cid, [UserMessage(blocks=("x",))])
-    assert types(service.repair(cid)) == ["ResponseEnded"]
-
-
-def test_another_hosts_writer_is_closed_only_after_stale_after(
-    repository: InMemoryRepository,
+def test_a_live_writer_that_releases_its_hold_is_then_closed(
+    held: ConversationService, holds: Holds, live_writer: Writer
 ) -> None:
-    elsewhere = Writer(host="elsewhere.invalid", pid=os.getpid(), started=1.0)
-    fresh = ConversationService(repository, stale_after=15 * 60)
-    cid = _open_response(fresh, elsewhere)
-    with pytest.raises(ResponseStillOpen):  # opened just now: it may still be streaming
-        fresh.append(cid, [UserMessage(blocks=("x",))])
+    cid = _open_response(held, live_writer)
+    with pytest.raises(ResponseStillOpen):
+        held.append(cid, [UserMessage(blocks=("x",))])
+    holds.statuses[live_writer.id] = "gone"  # its process died: the kernel released the lock
+    _assert_closed_before(held, cid, held.append(cid, [UserMessage(blocks=("x",))]))
 
-    # a response that host opened two hours ago
-    old = new_conversation_id()
-    conversation = Conversation.start(conversation_id=old)
-    two_hours_ago = datetime.now(UTC) - timedelta(hours=2)
-    conversation.clock = lambda: two_hours_ago
-    conversation.record(ResponseStarted(response_id=R1, provider="anthropic", writer=elsewhere))
+
+@pytest.mark.parametrize(
+    "writer",
+    [
+        another_writer(pid=os.getpid()),  # our own pid: another PID namespace, or a reused pid
+        another_writer(host="elsewhere.invalid", pid=1),  # another host, whatever its clock
+    ],
+    ids=["our-pid", "another-host"],
+)
+def test_only_the_hold_decides_never_the_host_or_the_pid(
+    held: ConversationService, holds: Holds, writer: Writer
+) -> None:
+    """Scenario 30: host names, pids and clocks are recorded for people, never judged."""
+    holds.statuses[writer.id] = "alive"
+    cid = _open_response(held, writer)
+    with pytest.raises(ResponseStillOpen):
+        held.append(cid, [UserMessage(blocks=("x",))])
+    holds.statuses[writer.id] = "gone"
+    _assert_closed_before(held, cid, held.append(cid, [UserMessage(blocks=("x",))]))
+
+
+def test_a_hold_that_cannot_be_tested_closes_nothing(
+    held: ConversationService, holds: Holds, dead_writer: Writer
+) -> None:
+    holds.statuses[dead_writer.id] = "unknown"
+    cid = _open_response(held, dead_writer)
+    with pytest.raises(ResponseStillOpen):
+        held.append(cid, [UserMessage(blocks=("x",))])
+    assert types(held.repair(cid)) == ["ResponseEnded", "ToolCallResponded"]  # no --force
+
+
+def test_the_services_own_open_response_is_never_closed(held: ConversationService) -> None:
+    cid = _open_response(held, held.writer)
+    assert held.writer.id == process_writer_id()
+    with pytest.raises(ResponseStillOpen):
+        held.append(cid, [UserMessage(blocks=("x",))])
+    assert held.get(cid).state.open_response is not None
+
+
+def test_another_writer_is_unknown_without_holds(
+    service: ConversationService, dead_writer: Writer
+) -> None:
+    """A service given no `Liveness` knows only its own process: it closes nobody's."""
+    cid = _open_response(service, dead_writer)
+    with pytest.raises(ResponseStillOpen):
+        service.append(cid, [UserMessage(blocks=("x",))])
+
+
+def test_a_response_without_a_writer_is_left_to_repair(held: ConversationService) -> None:
+    cid = held.start()
+    held.append(cid, [ResponseStarted(response_id=R1, provider="openai")])
+    with pytest.raises(ResponseStillOpen):
+        held.append(cid, [UserMessage(blocks=("x",))])
+    assert types(held.repair(cid)) == ["ResponseEnded"]
+
+
+def test_repair_refuses_a_live_writers_response_unless_forced(
+    held: ConversationService, live_writer: Writer
+) -> None:
+    cid = _open_response(held, live_writer)
+    version = held.get(cid).version
+    with pytest.raises(WriterAlive, match=f"holds its lock.*repair {cid} --force"):
+        held.repair(cid)
+    assert held.get(cid).version == version  # nothing written
+    ended, answered = held.repair(cid, force=True)
+    assert isinstance(ended, ResponseEnded) and ended.stop_reason == "repaired"
+    assert isinstance(answered, ToolCallResponded) and answered.synthetic
+
+
+def _legacy_response(repository: InMemoryRepository, opened: datetime) -> ConversationId:
+    """A response recorded before writer ids: `Writer(host, pid, started)`, at `opened`."""
+    legacy = Writer(host="elsewhere.invalid", pid=os.getpid(), started=1.0)
+    cid = new_conversation_id()
+    conversation = Conversation.start(conversation_id=cid)
+    conversation.clock = lambda: opened
+    conversation.record(ResponseStarted(response_id=R1, provider="anthropic", writer=legacy))
     repository.save(conversation)
+    return cid
 
-    patient = ConversationService(repository, stale_after=3 * 3600)
+
+def test_a_legacy_writer_is_a_lease_that_lapses_after_stale_after(
+    repository: InMemoryRepository, held: ConversationService
+) -> None:
+    """A writer without a writer id (an earlier convstore) held nothing: its response
+    counts as a lease taken when it opened, never renewed."""
+    fresh = _legacy_response(repository, datetime.now(UTC))
+    with pytest.raises(ResponseStillOpen):  # opened just now: it may still be streaming
+        held.append(fresh, [UserMessage(blocks=("x",))])
+    with pytest.raises(WriterAlive, match="no writer id"):
+        held.repair(fresh)
+
+    old = _legacy_response(repository, datetime.now(UTC) - timedelta(hours=2))
+    patient = ConversationService(repository, liveness=Holds(), stale_after=3 * 3600)
     with pytest.raises(ResponseStillOpen):
         patient.append(old, [UserMessage(blocks=("x",))])
-    _assert_closed_before(fresh, old, fresh.append(old, [UserMessage(blocks=("x",))]))
+    _assert_closed_before(held, old, held.append(old, [UserMessage(blocks=("x",))]))
+
+
+def test_old_writer_records_read_and_encode_as_stored() -> None:
+    """A stored `Writer(host, pid, started)` decodes with no writer id and encodes back
+    byte for byte (the new field is left out when empty)."""
+    stored = b'{"host":"h","pid":7,"started":12.0}'
+    writer = msgspec.json.decode(stored, type=Writer)
+    assert writer.id == ""
+    assert msgspec.json.encode(writer) == stored
 
 
 def test_abandon_activities_also_closes_a_dead_writers_response(
-    service: ConversationService, dead_writer: Writer
+    held: ConversationService, dead_writer: Writer
 ) -> None:
-    cid = service.start()
-    service.append(
+    cid = held.start()
+    held.append(
         cid,
         [
             ResponseStarted(response_id=R1, provider="anthropic", writer=dead_writer),
@@ -508,7 +589,7 @@ def test_abandon_activities_also_closes_a_dead_writers_response(
             ),
         ],
     )
-    recorded = service.abandon_activities(cid)
+    recorded = held.abandon_activities(cid)
     assert types(recorded) == ["ResponseEnded", "HostedActivity"]
-    assert service.get(cid).state.open_response is None
-    assert service.get(cid).pending_activities() == {}
+    assert held.get(cid).state.open_response is None
+    assert held.get(cid).pending_activities() == {}

@@ -184,6 +184,11 @@ def _recorded_provider(session: Session, conversation: ConversationId | None) ->
 
 def _repair_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("id", help="the conversation's id")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="close the open response even though its writer is alive (holds its lock)",
+    )
     json_flag(parser)
 
 
@@ -192,8 +197,9 @@ def _repair_arguments(parser: argparse.ArgumentParser) -> None:
 )
 def repair(args: argparse.Namespace, session: Session) -> int:
     """Append the repairs (never rewrites): the open response ends abandoned, every
-    unanswered client tool call gets a synthetic error result."""
-    recorded = session.service.repair(parse_conversation_id(args.id))
+    unanswered client tool call gets a synthetic error result. A response whose writer is
+    alive is refused (exit 2, nothing written) unless `--force`."""
+    recorded = session.service.repair(parse_conversation_id(args.id), force=args.force)
     if args.json:
         session.out.json_array(transcript.to_data(event) for event in recorded)
     elif not recorded:
