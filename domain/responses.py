@@ -10,16 +10,15 @@ already stored is compared by content digest, never overwritten) and refuses an 
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import Final
 
 import msgspec
 
 from convstore.domain.conversation import Conversation
+from convstore.domain.digests import ResponseDigest, digest_for, new_digest, same_response
 from convstore.domain.errors import ConvstoreError, DecodeError, ResponseConflict
 from convstore.domain.events import (
-    AssistantText,
     Event,
     ResponseEnded,
     ResponseStarted,
@@ -38,22 +37,6 @@ ENVELOPE_BYTES: Final = 512
 """Room left for the envelope a draft gains when recorded (id, version, time, hashes)."""
 
 _encode = msgspec.json.Encoder().encode
-_ENVELOPE: Final = frozenset(
-    {
-        "originator_id",
-        "originator_version",
-        "timestamp",
-        "prev_hash",
-        "hash",
-        "writer",
-        "digest",
-        "payload",
-        "replay",
-        "settings",
-    }
-)
-"""Fields left out of a response's content digest: the envelope, payload formatting, and
-the request's settings (the same response may arrive for a streamed or a plain request)."""
 
 
 class ResponseOutcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -64,33 +47,6 @@ class ResponseOutcome(msgspec.Struct, frozen=True, kw_only=True):
     events: int
     """Events recorded for it (0 when it was already stored)."""
     already_stored: bool = False
-
-
-class ContentDigest:
-    """A digest of a response's portable content, so a re-sent response id can be compared.
-
-    Payloads are left out: a streamed and a non-streamed copy of one response differ in
-    payload formatting, not in content.
-    """
-
-    def __init__(self) -> None:
-        self._hash = hashlib.sha256()
-
-    def add(self, draft: Event) -> None:
-        """Fold one draft in."""
-        fields = msgspec.structs.asdict(draft)
-        if isinstance(draft, AssistantText):
-            fields["attributions"] = [
-                {k: v for k, v in msgspec.structs.asdict(a).items() if k not in _ENVELOPE}
-                for a in draft.attributions
-            ]
-        kept = {k: v for k, v in fields.items() if k not in _ENVELOPE}
-        self._hash.update(type(draft).__name__.encode())
-        self._hash.update(_encode(kept))
-
-    def hexdigest(self) -> str:
-        """The digest so far."""
-        return self._hash.hexdigest()
 
 
 class ResponseRecorder:
@@ -120,11 +76,11 @@ class ResponseRecorder:
         if not isinstance(started, ResponseStarted):
             raise DecodeError("the input holds no response: it ends before the response starts")
         response_id = started.response_id
-        digest = ContentDigest()
-        digest.add(started)
         stored_digest = self.conversation.state.responses.get(response_id)
         if stored_digest is not None:
-            return _compare(response_id, stored_digest, digest, drafts)
+            return _compare(started, stored_digest, drafts)
+        digest = new_digest()
+        digest.add(started)
         count_before = self.conversation.version
         if self.conversation.state.open_turn is None:
             self.conversation.record(
@@ -140,7 +96,8 @@ class ResponseRecorder:
                 finish_reason="error",
                 error=ErrorInfo(type=type(error).__name__, message=str(error)),
             )
-        self.conversation.record(msgspec.structs.replace(end, digest=digest.hexdigest()))
+        digest.add(end)
+        self.conversation.record(msgspec.structs.replace(end, digest=digest.value()))
         turn = self.conversation.state.open_turn
         if turn is not None and (end.state != "completed" or end.finish_reason not in _CONTINUES):
             # The assistant yielded (or the response broke off): the turn is over.
@@ -153,7 +110,7 @@ class ResponseRecorder:
         )
 
     def _record_blocks(
-        self, drafts: Iterator[Event], digest: ContentDigest, response_id: ResponseId
+        self, drafts: Iterator[Event], digest: ResponseDigest, response_id: ResponseId
     ) -> ResponseEnded:
         pending_bytes = 0
         for draft in drafts:
@@ -192,15 +149,24 @@ class ResponseRecorder:
 
 
 def _compare(
-    response_id: ResponseId, stored_digest: str, digest: ContentDigest, rest: Iterator[Event]
+    started: ResponseStarted, stored_digest: str, rest: Iterator[Event]
 ) -> ResponseOutcome:
+    """Compare a copy of a stored response with it, under the stored digest's version."""
+    response_id = started.response_id
+    digest = digest_for(stored_digest)
+    digest.add(started)
     ended: EndState = "abandoned"
+    end: ResponseEnded | None = None
     for draft in rest:
         if isinstance(draft, ResponseEnded):
-            ended = draft.state
+            end = draft
             break
         digest.add(draft)
-    if digest.hexdigest() != stored_digest:
+    if end is None:
+        end = ResponseEnded(response_id=response_id, state="abandoned", stop_reason="stream_ended")
+    ended = end.state
+    digest.add(end)
+    if not same_response(stored_digest, digest.value()):
         raise ResponseConflict(
             f"response {response_id!r} is already stored with different content; "
             "nothing was written"
