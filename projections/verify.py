@@ -10,11 +10,16 @@ place the chain does not hold, by conversation and version:
 - beside it, each event's envelope must name the row it sits in: an event stored at another
   version, or under another conversation, than it was written for was moved (two swapped
   rows, a conversation copied under a new id);
+- every event must be one this convstore can read (`Break.unreadable`): an event of a
+  later schema version or of a type it does not know, whose hash may well hold, is
+  reported as `audit` reports it, never passed as intact;
 - with anchors (`export_anchors`, a JSON file `{conversation_id: {"head", "version"}}`
   kept elsewhere), the stored chain must still reach each anchored version with the
   anchored hash: removing the newest events, or a whole conversation, is caught too, as is
   a chain rewritten consistently after some point. Without an anchor, removing the newest
-  events leaves a shorter chain that is valid: only an anchor can tell.
+  events leaves a shorter chain that is valid: only an anchor can tell. A conversation whose
+  newest event holds no readable hash is anchored without a head (`"head": ""` and why, in
+  `"unreadable"`): the others are anchored as usual, and `verify` reports that one.
 
 Reading is never writing: nothing here changes the store. Snapshots are not checked: they
 are a cache of the events, rebuilt from them, never a source of truth.
@@ -36,6 +41,7 @@ import msgspec
 from convstore.domain.chain import canonical_from_stored, verify_stored
 from convstore.domain.errors import ConfigurationError, ConversationNotFound, IntegrityError
 from convstore.domain.vocabulary import ConversationId
+from convstore.storage.mapper import EventMapper
 
 if TYPE_CHECKING:
     from convstore.storage import Store
@@ -52,6 +58,16 @@ Progress = Callable[[str, int, int], None]
 `verifying` conversations checked."""
 
 _HASH: Final = re.compile(r"[0-9a-f]{64}")
+
+NO_HEAD: Final = (
+    "the anchor holds no head for this version: its newest event could not be read when it"
+    " was anchored, so the anchor cannot vouch for this conversation"
+)
+"""The problem reported for an anchor taken of a conversation whose newest event was
+unreadable (`"head": ""`)."""
+
+decode: Final = EventMapper.decode
+"""How `verify` reads each event, exactly as `audit`, `show` and `export` do."""
 
 
 class Anchor(msgspec.Struct, frozen=True, kw_only=True):
@@ -71,6 +87,9 @@ class Break(msgspec.Struct, frozen=True, kw_only=True):
     """The version concerned; None when the whole conversation is (it was removed)."""
     problem: str
     """What is wrong, in words: changed, removed, moved, or unreadable."""
+    unreadable: bool = False
+    """True when this convstore cannot read the event (a later schema version, an unknown
+    type, or no readable head in the anchor), whether or not its chain holds."""
 
 
 class ConversationCheck(msgspec.Struct, frozen=True, kw_only=True):
@@ -201,6 +220,20 @@ def _envelope_breaks(
                 yield version, f"holds an event written for conversation {owner} (moved)"
 
 
+def _unreadable(states: list[tuple[int, bytes]]) -> Iterator[tuple[int, str]]:
+    """Events this convstore cannot read as events (those that are not even JSON objects
+    the chain check reports)."""
+    for version, state in states:
+        try:
+            decode(state)
+        except IntegrityError as error:
+            try:
+                canonical_from_stored(state)
+            except IntegrityError:
+                continue
+            yield version, str(error)
+
+
 def _anchor_breaks(
     anchor: Anchor, states: list[tuple[int, bytes]]
 ) -> Iterator[tuple[int | None, str]]:
@@ -218,7 +251,7 @@ def _anchor_breaks(
     at = {version: state for version, state in states}.get(anchor.version)
     if at is None:
         yield anchor.version, "the anchored version is missing"
-    elif _head(at) != anchor.head:
+    elif anchor.head and _head(at) != anchor.head:
         yield (
             anchor.version,
             "differs from the anchored head: the chain was rewritten since the anchor",
@@ -242,9 +275,15 @@ def verify_conversation(
     found.extend(_envelope_breaks(conversation_id, states))
     if anchor is not None:
         found.extend(_anchor_breaks(anchor, states))
-    found.sort(key=lambda item: -1 if item[0] is None else item[0])
     key = str(conversation_id)
     breaks = [Break(conversation_id=key, version=v, problem=p) for v, p in found]
+    unreadable = list(_unreadable(states))
+    if anchor is not None and not anchor.head:
+        unreadable.append((anchor.version, NO_HEAD))
+    breaks.extend(
+        Break(conversation_id=key, version=v, problem=p, unreadable=True) for v, p in unreadable
+    )
+    breaks.sort(key=lambda item: -1 if item.version is None else item.version)
     return ConversationCheck(
         conversation_id=key,
         events=len(states),
@@ -312,6 +351,8 @@ def export_anchors(
     Keep the result (`dump_anchors`) somewhere the store's writers cannot change; a later
     `verify` with it catches removed newest events and removed conversations. The heads are
     those the newest stored events claim: verify the store first to anchor a sound chain.
+    A conversation whose newest event holds no readable hash gets `"head": ""` and, in
+    `"unreadable"`, why (`unanchored` lists them); every other one is anchored as usual.
     """
     newest: dict[UUID, tuple[int, bytes]] = {}
     for conversation, version, state in _scan(_recorder(store), progress):
@@ -322,10 +363,20 @@ def export_anchors(
     for conversation, (version, state) in newest.items():
         try:
             head = _own_hash(state).hash
-        except (msgspec.DecodeError, RecursionError):
-            head = ""
-        anchors[str(conversation)] = {"head": head, "version": version}
+        except (msgspec.DecodeError, RecursionError) as error:
+            head, why = "", str(error)
+        else:
+            why = "" if _HASH.fullmatch(head) else "it is not a 64-digit hex hash"
+        entry: dict[str, Any] = {"head": head if not why else "", "version": version}
+        if why:
+            entry["unreadable"] = f"version {version}, the newest, holds no readable hash: {why}"
+        anchors[str(conversation)] = entry
     return anchors
+
+
+def unanchored(anchors: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """The conversations `export_anchors` could not anchor, each with why."""
+    return {key: str(a["unreadable"]) for key, a in anchors.items() if "unreadable" in a}
 
 
 def dump_anchors(anchors: Mapping[str, Mapping[str, Any]]) -> bytes:
@@ -340,7 +391,10 @@ def dump_anchors(anchors: Mapping[str, Mapping[str, Any]]) -> bytes:
 
 
 def parse_anchors(data: bytes, *, source: str = "anchor file") -> dict[UUID, Anchor]:
-    """Read an anchor file; raises ConfigurationError for anything but well-formed anchors."""
+    """Read an anchor file; raises ConfigurationError for anything but well-formed anchors.
+
+    An empty head is an anchor taken while the conversation's newest event was unreadable:
+    accepted, and reported by `verify` for that conversation alone."""
     try:
         raw = msgspec.json.decode(data, type=dict[str, Anchor])
     except (msgspec.DecodeError, RecursionError) as error:
@@ -353,9 +407,10 @@ def parse_anchors(data: bytes, *, source: str = "anchor file") -> dict[UUID, Anc
             conversation = UUID(key)
         except ValueError:
             raise ConfigurationError(f"{source}: {key!r} is not a conversation id") from None
-        if not _HASH.fullmatch(anchor.head) or anchor.version < 1:
+        if not (anchor.head == "" or _HASH.fullmatch(anchor.head)) or anchor.version < 1:
             raise ConfigurationError(
-                f"{source}: the anchor of {key} needs a 64-digit hex head and a version >= 1"
+                f'{source}: the anchor of {key} needs a 64-digit hex head (or "" for one'
+                " that could not be read) and a version >= 1"
             )
         anchors[conversation] = anchor
     return anchors
@@ -370,10 +425,12 @@ def to_data(report: VerifyReport) -> Any:
 
 
 def verify_lines(report: VerifyReport) -> Iterator[str]:
-    """The report as readable lines: each break, then a summary (unsanitized)."""
+    """The report as readable lines: each break (UNREADABLE for an event this convstore
+    cannot read), then a summary (unsanitized)."""
     for item in report.breaks:
         where = "whole conversation" if item.version is None else f"version {item.version}"
-        yield f"BROKEN {item.conversation_id} {where}: {item.problem}"
+        label = "UNREADABLE" if item.unreadable else "BROKEN"
+        yield f"{label} {item.conversation_id} {where}: {item.problem}"
     if len(report.checks) == 1:
         check = report.checks[0]
         head = check.head or "(none)"
@@ -384,4 +441,9 @@ def verify_lines(report: VerifyReport) -> Iterator[str]:
         yield f"intact: {summary}"
     else:
         broken = sum(not check.intact for check in report.checks)
-        yield f"BROKEN: {len(report.breaks)} breaks in {broken} of {summary}"
+        unreadable = sum(item.unreadable for item in report.breaks)
+        breaks = len(report.breaks) - unreadable
+        found = [f"{breaks} breaks"] if breaks else []
+        found += [f"{unreadable} unreadable"] if unreadable else []
+        label = "BROKEN" if breaks else "UNREADABLE"
+        yield f"{label}: {' and '.join(found)} in {broken} of {summary}"

@@ -9,8 +9,9 @@ contract tests and callers recognise it).
     ├── OperationalError    the database is busy, unreachable, full, or went away
     │   ├── StorageFull       the disk (or the size limit) is full
     │   └── ConnectionLost    the server ended the session or went away mid-call
-    ├── IntegrityError      a unique key was violated (a version or tracking position taken)
+    ├── IntegrityError      a position is taken (a conversation's version, a tracking position)
     │   └── TrackingConflict  a projection's position moved under a view transaction
+    ├── ConstraintFailed    any other constraint refused a row (tables this version did not make)
     ├── DataError           a value the database cannot store
     ├── ProgrammingError    a bad statement or a missing table
     ├── InternalError       the database reported an internal fault
@@ -25,6 +26,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Final
 
 import eventsourcing.persistence as es
 
@@ -48,11 +50,24 @@ class ConnectionLost(OperationalError):
 
 
 class IntegrityError(StorageError, es.IntegrityError):
-    """A unique key was violated: a version or tracking position is already taken."""
+    """A position is already taken: a conversation's version, or a projection's tracking
+    position. The one integrity error that means another writer came first."""
 
 
 class TrackingConflict(IntegrityError):
     """Another worker advanced the projection since its position was read: re-read it."""
+
+
+class ConstraintFailed(StorageError, es.IntegrityError):
+    """A constraint other than a position refused a row: a NOT NULL column or a CHECK this
+    version does not write, a foreign key, a trigger, another unique index. The store's
+    tables are not the ones this convstore made (a newer convstore, or a change by hand);
+    nothing was written, and retrying cannot help: never a concurrency conflict."""
+
+    def __init__(self, message: str, *, constraint: str) -> None:
+        super().__init__(message)
+        self.constraint = constraint
+        """What failed, as the database names it: `table.column`, an index or a CHECK."""
 
 
 class DataError(StorageError, es.DataError):
@@ -86,7 +101,6 @@ class StoreNotFound(StorageError):
 _BY_NAME: dict[str, type[StorageError]] = {
     "InterfaceError": InterfaceError,
     "OperationalError": OperationalError,
-    "IntegrityError": IntegrityError,
     "DataError": DataError,
     "ProgrammingError": ProgrammingError,
     "InternalError": InternalError,
@@ -121,6 +135,50 @@ def connection_lost(error: BaseException) -> ConnectionLost:
     )
 
 
+SQLITE_POSITIONS: Final = frozenset(
+    {
+        "events.originator_id, events.originator_version",  # a conversation's version
+        "tracking.application_name, tracking.notification_id",  # a projection's position
+    }
+)
+"""The columns SQLite names in a violated unique key that is a position (`IntegrityError`)."""
+POSTGRES_POSITIONS: Final = frozenset(
+    {"events_originator_id_originator_version_key", "tracking_pkey"}
+)
+"""PostgreSQL's names of the unique keys that are positions. A unique violation naming no
+constraint is the append function's own (`RAISE unique_violation`: a tracking position)."""
+
+_SQLITE_UNIQUE = frozenset({sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY})
+_UNIQUE_VIOLATION = "23505"
+
+
+def _integrity(error: BaseException) -> StorageError:
+    """A driver's integrity error: `IntegrityError` for a taken position, else
+    `ConstraintFailed` naming the constraint (from the error's first line and the driver's
+    diagnostics only: the lines after it may quote the row, payloads included)."""
+    what = _first_line(error)
+    code = getattr(error, "sqlite_errorcode", None)
+    diag = getattr(error, "diag", None)  # psycopg
+    if code is not None or diag is None:
+        constraint = what.partition("constraint failed: ")[2] or what
+        if code in _SQLITE_UNIQUE and constraint in SQLITE_POSITIONS:
+            return IntegrityError(f"IntegrityError: {what}")
+    else:
+        name = diag.constraint_name
+        if getattr(error, "sqlstate", None) == _UNIQUE_VIOLATION and (
+            name is None or name in POSTGRES_POSITIONS
+        ):
+            return IntegrityError(f"IntegrityError: {what}")
+        column = f"{diag.table_name}.{diag.column_name}" if diag.column_name else None
+        constraint = name or column or what
+    return ConstraintFailed(
+        f"the store refused the write ({what}): its tables have a column or constraint this"
+        " convstore does not make (a newer convstore, or a change by hand, altered them);"
+        " nothing was written; open it with the convstore that made it",
+        constraint=constraint,
+    )
+
+
 def translate(error: BaseException) -> StorageError:
     """The most specific storage error for a driver's PEP 249 exception (any driver)."""
     state = getattr(error, "sqlstate", None)  # psycopg
@@ -134,6 +192,8 @@ def translate(error: BaseException) -> StorageError:
             f"the store is open read-only ({_first_line(error)}): nothing was written"
         )
     for cls in type(error).__mro__:
+        if cls.__name__ == "IntegrityError":
+            return _integrity(error)
         mapped = _BY_NAME.get(cls.__name__)
         if mapped is not None:
             return mapped(f"{cls.__name__}: {error}")

@@ -19,7 +19,7 @@ from eventsourcing.utils import get_topic
 
 from convstore.domain.errors import EventTooLarge, IntegrityError
 from convstore.domain.events import ConversationEvent, Event
-from convstore.storage.upcasting import upcast
+from convstore.storage.upcasting import unknown, upcast
 
 DEFAULT_MAX_EVENT_BYTES = 64 * 1024 * 1024
 
@@ -141,6 +141,9 @@ def _decode_earlier(state: bytes, error: Exception) -> ConversationEvent:
     """Bytes today's decoder refused (`error`): upcast, or raise IntegrityError."""
     current = upcast(state)
     if current is None:
+        why = unknown(state)
+        if why is not None:
+            raise IntegrityError(f"stored event cannot be decoded: {why}") from None
         raise IntegrityError(f"stored event cannot be decoded: {error}") from None
     try:
         return _decode(current)

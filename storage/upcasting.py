@@ -81,6 +81,39 @@ def upcaster(name: str, version: int) -> Callable[[Upcaster], Upcaster]:
     return register
 
 
+_READ: Final = {
+    name: int(number or 1) for name, _, number in (str(tag).partition("@") for tag in CURRENT)
+}
+"""Each event type's name → the version of it this convstore reads."""
+
+
+def unknown(state: bytes) -> str | None:
+    """Why a record that decode refused carries a tag this version cannot read: a later
+    version of a type it knows or a type it does not know (a newer convstore wrote it), or
+    an earlier version without an upcaster; None when its tag is today's, an upcast one's,
+    or not a string at all."""
+    try:
+        tag = _string(_split(state)[TAG])
+    except (msgspec.DecodeError, RecursionError, KeyError):
+        return None
+    if tag in CURRENT or tag in UPCASTERS:
+        return None
+    name, at, number = tag.rpartition("@")
+    shown = repr(tag if len(tag) <= 80 else tag[:77] + "...")
+    read = _READ.get(name if at else tag)
+    newer = "a newer convstore wrote it: upgrade convstore to read it"
+    if read is None:
+        return f"its type {shown} is none this convstore knows ({newer})"
+    if not number.isdigit():
+        return None
+    if int(number) > read:
+        return (
+            f"{shown} is a later version of {name} than version {read}, which this convstore reads"
+            f" ({newer})"
+        )
+    return f"{shown} is an earlier version of {name} this convstore has no upcaster for"
+
+
 def upcast(state: bytes) -> bytes | None:
     """Today's encoding of a stored record of an earlier version; None when it is not one.
 

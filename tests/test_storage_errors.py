@@ -16,7 +16,7 @@ from convstore.storage.errors import translate, translating
 Table = list[tuple[type[Exception], type[StorageError]]]
 
 SQLITE: Table = [
-    (sqlite3.IntegrityError, errors.IntegrityError),
+    (sqlite3.IntegrityError, errors.ConstraintFailed),  # no code: not a taken position
     (sqlite3.OperationalError, errors.OperationalError),  # "database is locked"
     (sqlite3.InterfaceError, errors.InterfaceError),
     (sqlite3.DataError, errors.DataError),
@@ -28,10 +28,11 @@ SQLITE: Table = [
 ]
 
 PSYCOPG: Table = [
-    (pg.UniqueViolation, errors.IntegrityError),  # a version or tracking position taken
-    (pg.ForeignKeyViolation, errors.IntegrityError),
-    (pg.NotNullViolation, errors.IntegrityError),
-    (psycopg.IntegrityError, errors.IntegrityError),
+    (pg.UniqueViolation, errors.IntegrityError),  # no constraint named: the append's own
+    (pg.ForeignKeyViolation, errors.ConstraintFailed),
+    (pg.NotNullViolation, errors.ConstraintFailed),
+    (pg.CheckViolation, errors.ConstraintFailed),
+    (psycopg.IntegrityError, errors.ConstraintFailed),
     (pg.LockNotAvailable, errors.OperationalError),  # lock_timeout: a busy database
     (pg.QueryCanceled, errors.OperationalError),
     (pg.DeadlockDetected, errors.OperationalError),
@@ -60,6 +61,7 @@ PEP_249 = {
     errors.StorageFull: es.OperationalError,
     errors.ConnectionLost: es.OperationalError,
     errors.IntegrityError: es.IntegrityError,
+    errors.ConstraintFailed: es.IntegrityError,
     errors.DataError: es.DataError,
     errors.ProgrammingError: es.ProgrammingError,
     errors.InternalError: es.InternalError,
@@ -81,10 +83,10 @@ def test_driver_error_maps_to_its_storage_error(
     assert "boom" in str(translated)
 
 
-@pytest.mark.parametrize("driver_error", [sqlite3.IntegrityError, pg.UniqueViolation])
+@pytest.mark.parametrize("driver_error", [sqlite3.OperationalError, pg.UniqueViolation])
 def test_translating_keeps_the_cause(driver_error: type[Exception]) -> None:
     original = driver_error("taken")
-    with pytest.raises(errors.IntegrityError) as caught, translating():
+    with pytest.raises(StorageError) as caught, translating():
         raise original
     assert caught.value.__cause__ is original
 

@@ -335,14 +335,17 @@ def test_version_0_records_read_as_today_s_events_on_each_backend(store_url: str
 def test_without_its_upcaster_a_version_0_record_is_refused_not_misread(store_url: str) -> None:
     """Scenario 10: with no upcaster registered, an earlier version's record is an error for
     the typed read, and the search index passes it over (an unknown tag, like a type added
-    later) rather than index it as empty text; verify still checks its bytes."""
+    later) rather than index it as empty text; verify still checks its bytes (the chain
+    holds) and, agreeing with the typed read, reports those records unreadable."""
     key = conversation_id()
     with open_store(store_url, cache_size=0) as store:
         insert(store, legacy_states())
-        with pytest.raises(IntegrityError):
+        with pytest.raises(IntegrityError, match="no upcaster"):
             store.service.get(key)
         assert search.search(store, "opens") == []
-        assert verify_conversation(store, key).intact
+        check = verify_conversation(store, key)
+        assert check.breaks and all(item.unreadable for item in check.breaks)
+        assert all("no upcaster" in item.problem for item in check.breaks)
 
 
 def test_a_record_its_upcaster_refuses_is_passed_over_by_the_index(

@@ -392,7 +392,7 @@ def test_verify_and_anchor_commands_end_to_end(
             run(capsys, "--db", store_url, "anchor")[1]
         )
         code, out, _ = run(capsys, "--db", store_url, "anchor", "-o", str(file), "--json")
-        assert json.loads(out) == {"file": str(file), "conversations": 2}
+        assert json.loads(out) == {"file": str(file), "conversations": 2, "unreadable": []}
         code, out, _ = run(capsys, "--db", store_url, "verify", "--anchor", str(file))
         assert code == 0 and "2 against an anchor" in out
 

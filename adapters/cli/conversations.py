@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import itertools
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+from convstore.adapters.cli.integrity import EXIT_BROKEN
 from convstore.adapters.cli.registry import (
+    PROG,
     Progress,
     Session,
     all_summaries,
@@ -16,9 +19,9 @@ from convstore.adapters.cli.registry import (
     positive_number,
     whole_number,
 )
-from convstore.adapters.terminal import transcript
+from convstore.adapters.terminal import render, transcript
 from convstore.domain import parse_conversation_id
-from convstore.domain.errors import ConfigurationError, ConversationNotFound
+from convstore.domain.errors import ConfigurationError, ConversationNotFound, IntegrityError
 
 
 def _list_arguments(parser: argparse.ArgumentParser) -> None:
@@ -82,13 +85,16 @@ def _export_arguments(parser: argparse.ArgumentParser) -> None:
 @command("export", "export conversations as JSON, JSONL or Markdown", _export_arguments)
 def export_command(args: argparse.Namespace, session: Session) -> int:
     """Without `-o`, the export itself on stdout (inert); with it, files written only inside
-    the chosen folder (one per conversation for --all), and `--json` prints a summary."""
+    the chosen folder (one per conversation for --all), and `--json` prints a summary.
+    `--all` passes over a conversation whose stored events cannot be read, naming it on
+    stderr, exports the others and exits 5 (as `audit --all` does)."""
     from convstore.adapters.wire.providers import read_payload
     from convstore.projections import export, portable
 
     if args.json and args.output is None:
         raise ConfigurationError("--json summarizes the files written: use it with -o PATH")
     service = session.reader.service
+    unreadable = 0
     if args.id is not None:
         conversation = portable.load(service, parse_conversation_id(args.id), read_payload)
         if args.output is None:
@@ -108,7 +114,20 @@ def export_command(args: argparse.Namespace, session: Session) -> int:
                 shown = time.monotonic()
                 session.err.line(f"export: conversations {done}/{len(ids)}")
 
-        loaded = (portable.load(service, conversation, read_payload) for conversation in ids)
+        def readable() -> Iterator[portable.PortableConversation]:
+            nonlocal unreadable
+            for conversation in ids:
+                try:
+                    yield portable.load(service, conversation, read_payload)
+                except IntegrityError as error:
+                    unreadable += 1
+                    progress.clear()
+                    session.err.line(
+                        f"{PROG}: conversation {conversation} cannot be read, not exported: "
+                        f"{render.one_line(str(error))} (see `{PROG} verify`)"
+                    )
+
+        loaded = readable()
         try:
             if args.output is None:
                 for done, conversation in enumerate(loaded, 1):
@@ -118,7 +137,7 @@ def export_command(args: argparse.Namespace, session: Session) -> int:
                     for chunk in export.render(conversation, args.format):
                         session.out.write(chunk)
                     count(done)
-                return 0
+                return EXIT_BROKEN if unreadable else 0
             files = export.write_all(loaded, args.output, args.format, progress=count)
         finally:
             progress.clear()
@@ -131,4 +150,4 @@ def export_command(args: argparse.Namespace, session: Session) -> int:
         session.out.json(data)
     else:
         session.out.line(f"{len(files)} conversation(s) exported to {args.output}")
-    return 0
+    return EXIT_BROKEN if unreadable else 0

@@ -20,9 +20,9 @@ from convstore.domain import parse_conversation_id
 from convstore.domain.errors import IntegrityError
 
 EXIT_BROKEN = 5
-"""`verify` found a changed, removed or reordered event (or `audit` met stored events that
-cannot be read): a distinct code, so scripts can tell tampering from usage errors (2),
-interrupted responses (3) and conflicts (4)."""
+"""`verify` found a changed, removed, reordered or unreadable event (or `audit`, `export`
+or `anchor` met stored events that cannot be read): a distinct code, so scripts can tell
+tampering from usage errors (2), interrupted responses (3) and conflicts (4)."""
 
 
 def _audit_arguments(parser: argparse.ArgumentParser) -> None:
@@ -99,12 +99,13 @@ def _verify_arguments(parser: argparse.ArgumentParser) -> None:
 
 @command(
     "verify",
-    "check the stored hash chains for changed, removed or moved events (exit 5 if any)",
+    "check the stored hash chains for changed, removed, moved or unreadable events (exit 5 if any)",
     _verify_arguments,
 )
 def verify_command(args: argparse.Namespace, session: Session) -> int:
     """Walk each conversation's chain in the stored bytes; list every break by conversation
-    and version. Exit 0 when intact, 5 when anything is broken."""
+    and version, and every event this convstore cannot read (as `audit` does). Exit 0 when
+    intact, 5 when anything is broken or unreadable."""
     from convstore.projections import verify
 
     anchors = None
@@ -137,7 +138,9 @@ def _anchor_arguments(parser: argparse.ArgumentParser) -> None:
 def anchor_command(args: argparse.Namespace, session: Session) -> int:
     """Without `-o`, stdout is the anchor file itself (JSON); with it, the file is written
     (replaced atomically, never through a link: `projections.files`) and a summary
-    printed. Keep it where the store's writers cannot change it."""
+    printed. Keep it where the store's writers cannot change it. A conversation whose
+    newest event holds no readable hash is written without a head and named on stderr:
+    every other one is anchored, and the exit is 5."""
     from convstore.projections import verify
     from convstore.projections.files import write_file
 
@@ -147,15 +150,24 @@ def anchor_command(args: argparse.Namespace, session: Session) -> int:
     finally:
         progress.clear()
     data = verify.dump_anchors(anchors).decode("ascii")
+    unanchored = verify.unanchored(anchors)
+    for conversation, why in unanchored.items():
+        session.err.line(
+            f"{PROG}: conversation {conversation} is not anchored: {render.one_line(why)}"
+            f" (see `{PROG} verify {conversation}`)"
+        )
+    code = EXIT_BROKEN if unanchored else 0
     if args.output is None:
         session.out.write(data)
-        return 0
+        return code
     write_file(args.output, [data])
+    heads = len(anchors) - len(unanchored)
     if args.json:
-        session.out.json({"file": str(args.output), "conversations": len(anchors)})
+        summary = {"file": str(args.output), "conversations": heads}
+        session.out.json({**summary, "unreadable": list(unanchored)})
     else:
-        session.out.line(f"{len(anchors)} chain heads written to {args.output}")
-    return 0
+        session.out.line(f"{heads} chain heads written to {args.output}")
+    return code
 
 
 @command("migrate", "apply the store migrations this version has and the store lacks", json_flag)
