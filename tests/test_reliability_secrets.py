@@ -112,11 +112,14 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
 
 
 def _stored_files(url: str) -> bytes:
-    """The SQLite database file and its -wal and -shm, as they are on disk now."""
+    """The SQLite database file and its -wal and -shm, as they are on disk now (and any
+    other file beside them named after the store, or in a folder so named)."""
     path = Path(url.removeprefix("sqlite:///"))
     wal = path.with_name(path.name + "-wal")
     assert wal.exists() and wal.stat().st_size > 0, "the WAL must be part of what is searched"
-    return b"".join(p.read_bytes() for p in sorted(path.parent.glob(path.name + "*")))
+    found = sorted(path.parent.glob(path.name + "*"))
+    files = [f for p in found for f in ([p] if p.is_file() else sorted(p.rglob("*")))]
+    return b"".join(f.read_bytes() for f in files if f.is_file())
 
 
 def _postgres_hits(url: str, needle: str) -> dict[str, int]:

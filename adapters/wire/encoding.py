@@ -94,8 +94,8 @@ def recorded_native(
         return None
     for path in credential_paths(payload.raw):
         reason = (
-            f"{path}: a credential was not stored (convstore never stores one) and must "
-            f"be supplied by configuration: the request carries {MARKER!r} in its place"
+            f"{path} was not stored (convstore never stores a credential) and must be "
+            f"supplied by configuration; the request carries {MARKER!r} in its place"
         )
         losses.append(settings_loss(source, reason, kind="credential"))
     return fields
