@@ -255,3 +255,21 @@ def test_an_unreadable_tag_says_why(tag: str, says: str) -> None:
     assert why is not None and says in why
     assert unknown(b'{"type": "ResponseEnded", "x": 1}') is None
     assert unknown(b'{"x": 1}') is None and unknown(b"\xff") is None
+
+
+def test_an_unreadable_first_event_is_named_too(
+    capsys: pytest.CaptureFixture[str], three: tuple[str, list[str]]
+) -> None:
+    """Scenario 36: a conversation a newer convstore started (its first event a later
+    version of Started) is listed by id for `audit --all` and `export --all`, which name it
+    and go on to the others, rather than stop before the first conversation."""
+    url, (readable, _, _) = three
+    started = uuid4()
+    with open_store(url) as store:
+        later = b'{"type":"Started@2","originator_id":"%s","prev_hash":"","hash":""}'
+        store.recorder.append([StoredEvent(started, 1, "later", later % str(started).encode())])
+    code, out, err = _run(capsys, "--db", url, "audit", "--all", "--json")
+    assert code == 5 and [a["conversation_id"] for a in json.loads(out)] == [readable]
+    assert str(started) in err and "later version of Started" in err
+    code, out, err = _run(capsys, "--db", url, "export", "--all", "--format", "jsonl")
+    assert code == 5 and readable in out and str(started) in err

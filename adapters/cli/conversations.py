@@ -13,7 +13,7 @@ from convstore.adapters.cli.registry import (
     PROG,
     Progress,
     Session,
-    all_summaries,
+    all_ids,
     command,
     json_flag,
     positive_number,
@@ -103,7 +103,7 @@ def export_command(args: argparse.Namespace, session: Session) -> int:
             return 0
         files = [export.write_one(args.output, conversation, args.format)]
     else:
-        ids = [summary.id for summary in all_summaries(service)]
+        ids = list(all_ids(session.reader))
         progress = Progress(session.err, "export")
         forced, shown = args.progress and not progress.enabled, 0.0
 

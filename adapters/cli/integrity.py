@@ -10,7 +10,7 @@ from convstore.adapters.cli.registry import (
     PROG,
     Progress,
     Session,
-    all_summaries,
+    all_ids,
     command,
     json_flag,
     read_file,
@@ -42,10 +42,8 @@ def audit_command(args: argparse.Namespace, session: Session) -> int:
     from convstore.projections import audit
 
     service = session.reader.service
-    if args.id is not None:
-        ids = [parse_conversation_id(args.id)]
-    else:
-        ids = [s.id for s in all_summaries(service)]
+    one = args.id is not None
+    ids = [parse_conversation_id(args.id)] if one else list(all_ids(session.reader))
     progress = Progress(session.err, "audit") if args.all else None
     unreadable = 0
 

@@ -14,8 +14,9 @@ from convstore.adapters.config.loading import load_config, lookup
 from convstore.adapters.terminal import render
 from convstore.adapters.terminal.render import Renderer
 from convstore.adapters.wire.providers import PROVIDERS
-from convstore.domain import ConversationService, ConversationSummary
+from convstore.domain import ConversationService
 from convstore.domain.errors import ConfigurationError
+from convstore.domain.vocabulary import ConversationId
 
 if TYPE_CHECKING:
     from convstore.storage import Store
@@ -214,10 +215,12 @@ class LogLines:
         self.logger.setLevel(self.saved)
 
 
-def all_summaries(service: ConversationService) -> Iterator[ConversationSummary]:
+def all_ids(store: Store) -> Iterator[ConversationId]:
+    """Every conversation's id, in the order they started, without decoding an event: one
+    whose first event this version cannot read is listed too (`--all` names it, and goes on)."""
     offset = 0
-    while page := service.list(offset=offset, limit=500):
-        yield from page
+    while page := store.recorder.select_first_events(offset=offset, limit=500):
+        yield from (ConversationId(first.originator_id) for first in page)
         offset += len(page)
 
 
