@@ -14,7 +14,7 @@ from typing import Protocol
 import msgspec
 
 from convstore.domain.conversation import Conversation
-from convstore.domain.errors import WriterAlive
+from convstore.domain.errors import ConcurrencyConflict, WriterAlive
 from convstore.domain.events import (
     Event,
     HostedActivity,
@@ -121,21 +121,7 @@ class ConversationService:
         """
         conversation = self.repository.load(conversation_id)
         self._close_dead_response(conversation)
-        drafts = list(drafts)
-        open_turn = conversation.state.open_turn
-        boundaries: list[Event] = []
-        if any(isinstance(d, ToolCallResponded) for d in drafts):
-            if open_turn is None:
-                boundaries.append(
-                    TurnStarted(turn_id=conversation.next_turn_id(), trigger="tool_results")
-                )
-        elif any(isinstance(d, UserMessage) for d in drafts):
-            if open_turn is not None:
-                boundaries.append(TurnEnded(turn_id=open_turn, state="completed"))
-            boundaries.append(TurnStarted(turn_id=conversation.next_turn_id(), trigger="user"))
-        elif open_turn is None:
-            boundaries.append(TurnStarted(turn_id=conversation.next_turn_id(), trigger="steering"))
-        recorded = conversation.record_all([*boundaries, *drafts])
+        recorded = _record_user_input(conversation, list(drafts))
         self.repository.save(conversation)
         return recorded
 
@@ -152,6 +138,44 @@ class ConversationService:
             conversation, self.repository.save, max_event_bytes=self.max_event_bytes
         )
         return recorder.record(drafts, writer=self.writer)
+
+    def ingest_exchange(
+        self,
+        conversation_id: ConversationId,
+        history: Sequence[tuple[str, Sequence[Event]]],
+        drafts: Iterable[Event],
+        *,
+        at_version: int,
+    ) -> ResponseOutcome:
+        """Record a request's messages the conversation lacks, then its response, with
+        the history and the response's first batch in one transaction.
+
+        `history` is (role, drafts) per message (`assistant` messages are recorded as
+        responses), computed from the conversation as of `at_version`. Raises
+        ConcurrencyConflict (nothing written) when the conversation moved on since, so
+        two ingests of one exchange never record its history twice.
+        """
+        conversation = self.repository.load(conversation_id)
+        if conversation.version != at_version:
+            raise ConcurrencyConflict(
+                f"conversation {conversation_id} moved from version {at_version} to "
+                f"{conversation.version} while the request's history was read; nothing was "
+                "written: read it again"
+            )
+        self._close_dead_response(conversation)
+        for role, message in history:
+            if role == "assistant":  # pending until the response's first commit
+                held = ResponseRecorder(conversation, _later, max_event_bytes=self.max_event_bytes)
+                held.record(message, writer=self.writer)
+            else:
+                _record_user_input(conversation, list(message))
+        recorder = ResponseRecorder(
+            conversation, self.repository.save, max_event_bytes=self.max_event_bytes
+        )
+        outcome = recorder.record(drafts, writer=self.writer)
+        if conversation.pending:  # the response was stored already: the history alone
+            self.repository.save(conversation)
+        return outcome
 
     def repair(self, conversation_id: ConversationId, *, force: bool = False) -> list[Event]:
         """Close any open response as abandoned and answer every orphaned client tool call.
@@ -280,3 +304,25 @@ def _alive_because(writer: Writer | None, stale_after: float) -> str:
         "its writer recorded no writer id (an earlier convstore), and the response opened "
         f"less than {stale_after / 60:g} minutes ago"
     )
+
+
+def _later(conversation: Conversation) -> None:
+    """A save that waits: the events stay pending for the next real commit."""
+
+
+def _record_user_input(conversation: Conversation, drafts: list[Event]) -> list[Event]:
+    """Record user-side drafts with their turn boundaries (see `add_user_input`)."""
+    open_turn = conversation.state.open_turn
+    boundaries: list[Event] = []
+    if any(isinstance(d, ToolCallResponded) for d in drafts):
+        if open_turn is None:
+            boundaries.append(
+                TurnStarted(turn_id=conversation.next_turn_id(), trigger="tool_results")
+            )
+    elif any(isinstance(d, UserMessage) for d in drafts):
+        if open_turn is not None:
+            boundaries.append(TurnEnded(turn_id=open_turn, state="completed"))
+        boundaries.append(TurnStarted(turn_id=conversation.next_turn_id(), trigger="user"))
+    elif open_turn is None:
+        boundaries.append(TurnStarted(turn_id=conversation.next_turn_id(), trigger="steering"))
+    return conversation.record_all([*boundaries, *drafts])

@@ -23,7 +23,7 @@ from convstore.adapters.config.loading import load_config
 from convstore.adapters.http.codings import inflate
 from convstore.adapters.http.errors import ProviderHTTPError
 from convstore.adapters.wire.providers import PROVIDERS, EncodedRequest, ProviderAdapter, adapter
-from convstore.domain.errors import DecodeError, ResponseConflict
+from convstore.domain.errors import ConcurrencyConflict, DecodeError, ResponseConflict
 from convstore.domain.events import Event, ResponseStarted, UserMessage
 from convstore.domain.responses import ResponseOutcome
 from convstore.domain.service import ConversationService
@@ -180,19 +180,9 @@ def ingest(
     for position, path in enumerate(files):
         produced_by = request if position == 0 else None
         try:
-            first, drafts = _first_checked(
-                provider_adapter.decode(read_capture(path), produced_by, None)
+            outcome = _ingest_one(
+                service, provider_adapter, path, request=produced_by, report=report, title=title
             )
-            if report.conversation_id is None:
-                report.conversation_id = service.start(title or path.parent.name or path.stem)
-            stored = service.get(report.conversation_id).state.responses
-            if produced_by is not None and not (
-                isinstance(first, ResponseStarted) and first.response_id in stored
-            ):
-                report.history_messages = _record_history(
-                    service, provider_adapter, report.conversation_id, produced_by
-                )
-            outcome = service.ingest(report.conversation_id, drafts)
         except DecodeError as error:
             report.error, report.exit_code = f"{path}: {error}", 2
             return report
@@ -205,19 +195,49 @@ def ingest(
     return report
 
 
-def _record_history(
+RACE_RETRIES: Final = 3
+"""How often an ingest whose conversation moved on under it reads it again."""
+
+
+def _ingest_one(
     service: ConversationService,
     provider: ProviderAdapter,
-    conversation_id: ConversationId,
-    request: bytes,
-) -> int:
-    messages = provider.need_history()(list(service.events(conversation_id)), request)
-    for message in messages:
-        if message.role == "assistant":
-            service.ingest(conversation_id, message.drafts)
-        else:
-            service.add_user_input(conversation_id, message.drafts)
-    return len(messages)
+    path: Path,
+    *,
+    request: bytes | None,
+    report: IngestReport,
+    title: str | None,
+) -> ResponseOutcome:
+    """Record one capture (and the messages of its request the conversation lacks) in
+    `report`'s conversation, starting one if needed. The history and the response's first
+    batch are one transaction at the version the history was read from; when another
+    writer moved the conversation on meanwhile, it is read again (the response is then
+    usually stored already); a capture from a pipe gets the conflict instead."""
+    retries = 0
+    while True:
+        first, drafts = _first_checked(provider.decode(read_capture(path), request, None))
+        if report.conversation_id is None:
+            report.conversation_id = service.start(title or path.parent.name or path.stem)
+        events = list(service.events(report.conversation_id))
+        version = events[-1].originator_version if events else 0
+        stored = {e.response_id for e in events if isinstance(e, ResponseStarted)}
+        history: list[tuple[str, Sequence[Event]]] = []
+        if request is not None and not (
+            isinstance(first, ResponseStarted) and first.response_id in stored
+        ):
+            messages = provider.need_history()(events, request)
+            history = [(message.role, message.drafts) for message in messages]
+        try:
+            outcome = service.ingest_exchange(
+                report.conversation_id, history, drafts, at_version=version
+            )
+        except ConcurrencyConflict:
+            retries += 1
+            if retries > RACE_RETRIES or not path.is_file():  # a pipe cannot be read again
+                raise
+            continue
+        report.history_messages += len(history)
+        return outcome
 
 
 def replay(
