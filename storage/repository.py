@@ -26,7 +26,8 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from typing import NamedTuple
+from datetime import datetime
+from typing import Final, NamedTuple
 
 import msgspec
 
@@ -37,7 +38,8 @@ from convstore.domain.conversation import (
     copy_state,
 )
 from convstore.domain.errors import ConcurrencyConflict, ConversationNotFound
-from convstore.domain.events import Event, Started
+from convstore.domain.errors import IntegrityError as UnreadableEvent
+from convstore.domain.events import EPOCH, Event, Started
 from convstore.domain.service import ConversationSummary
 from convstore.domain.vocabulary import ConversationId
 from convstore.storage.errors import IntegrityError
@@ -240,17 +242,39 @@ class EventRepository:
         """Conversations in the order they started."""
         summaries = []
         for first in self.recorder.select_first_events(offset=offset, limit=limit):
-            started = self.mapper.decode(first.state)
-            title, labels = (
-                (started.title, started.labels) if isinstance(started, Started) else ("", ())
-            )
+            labels: tuple[str, ...]
+            try:
+                started = self.mapper.decode(first.state)
+            except UnreadableEvent:  # listed all the same, said unreadable: never a stop
+                title, labels, created = UNREADABLE_TITLE, (), _stamp(first.state)
+            else:
+                title, labels = (
+                    (started.title, started.labels) if isinstance(started, Started) else ("", ())
+                )
+                created = started.timestamp
             summaries.append(
                 ConversationSummary(
                     id=ConversationId(first.originator_id),
                     title=title,
                     labels=labels,
-                    created_on=started.timestamp,
+                    created_on=created,
                     events=first.events,
                 )
             )
         return summaries
+
+
+UNREADABLE_TITLE: Final = "(its first event cannot be read: run `convstore verify`)"
+"""The title a listing gives a conversation whose first event cannot be decoded."""
+
+
+class _Stamped(msgspec.Struct):
+    timestamp: datetime = EPOCH
+
+
+def _stamp(state: bytes) -> datetime:
+    """The time an unreadable event says it was recorded, where it still says so."""
+    try:
+        return msgspec.json.decode(state, type=_Stamped).timestamp
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return EPOCH

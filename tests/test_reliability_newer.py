@@ -273,3 +273,21 @@ def test_an_unreadable_first_event_is_named_too(
     assert str(started) in err and "later version of Started" in err
     code, out, err = _run(capsys, "--db", url, "export", "--all", "--format", "jsonl")
     assert code == 5 and readable in out and str(started) in err
+
+
+def test_list_names_a_conversation_whose_first_event_is_unreadable(
+    capsys: pytest.CaptureFixture[str], three: tuple[str, list[str]]
+) -> None:
+    """Scenario 36: `list` shows a conversation a newer convstore started among the others,
+    titled as unreadable (with its time where the bytes still give it), never stopping."""
+    url, ids = three
+    started = uuid4()
+    with open_store(url) as store:
+        later = b'{"type":"Started@2","originator_id":"%s","timestamp":"2026-01-02T03:04:05Z"}'
+        store.recorder.append([StoredEvent(started, 1, "later", later % str(started).encode())])
+    code, out, err = _run(capsys, "--db", url, "list", "--json")
+    assert (code, err) == (0, "")
+    listed = {row["id"]: row for row in json.loads(out)}
+    assert set(ids) < set(listed)
+    assert "cannot be read" in listed[str(started)]["title"]
+    assert listed[str(started)]["created_on"].startswith("2026-01-02T03:04:05")
