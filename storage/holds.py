@@ -37,6 +37,8 @@ from convstore.storage.url import SQLiteLocation, StoreLocation
 if TYPE_CHECKING:
     from psycopg import Connection
 
+APPLICATION: Final = "convstore writer hold"
+"""The `application_name` of the sessions that hold and test writers' locks."""
 _WRITER_ID: Final = re.compile(r"[0-9a-f]{32}")
 """What `process_writer_id` makes; anything else read from a store is never a path."""
 
@@ -177,21 +179,36 @@ class AdvisoryHolds:
                 except psycopg.Error:
                     del _held.sessions[self.dsn]  # the server ended it, and the lock with it
             try:
-                session = psycopg.connect(self.dsn, autocommit=True)
-                row = session.execute(
-                    "SELECT pg_try_advisory_lock(%s)", (advisory_key(writer_id),)
-                ).fetchone()
+                _held.sessions[self.dsn] = self._take(advisory_key(writer_id))
             except psycopg.Error as error:
                 raise OperationalError(
                     f"cannot take this writer's advisory lock: {error}"
                 ) from None
-            if not row or row[0] is not True:
-                session.close()
-                raise OperationalError(
-                    f"another session holds this writer's advisory lock ({writer_id})"
-                )
-            _held.sessions[self.dsn] = session
         return writer_id
+
+    def _take(self, key: int) -> Connection:
+        """A session holding `key`: a new one, or the session of ours that already holds it
+        on this database (another DSN of the same database)."""
+        import psycopg
+
+        session = psycopg.connect(self.dsn, autocommit=True, application_name=APPLICATION)
+        if _try_lock(session, key):
+            return session
+        holder = session.execute(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted"
+            " AND ((classid::bigint << 32) | objid::bigint) = %s AND objsubid = 1",
+            (key,),
+        ).fetchone()
+        ours = {s.info.backend_pid: s for s in _held.sessions.values() if not s.closed}
+        if holder is not None and holder[0] in ours:
+            session.close()
+            return ours[holder[0]]
+        if holder is not None:  # a session of ours this process lost, not yet ended
+            session.execute("SELECT pg_terminate_backend(%s, 10000)", (holder[0],))
+            if _try_lock(session, key):
+                return session
+        session.close()
+        raise OperationalError("another session holds this writer's advisory lock")
 
     def status(self, writer_id: str) -> WriterStatus:
         """`alive` while some session holds the writer's key; `gone` once none does."""
@@ -200,7 +217,9 @@ class AdvisoryHolds:
         if not _WRITER_ID.fullmatch(writer_id):
             return "unknown"
         try:
-            with psycopg.connect(self.dsn, autocommit=True) as session:
+            with psycopg.connect(
+                self.dsn, autocommit=True, application_name=APPLICATION
+            ) as session:
                 # Taken for this one statement's transaction: released at once.
                 row = session.execute(
                     "SELECT pg_try_advisory_xact_lock(%s)", (advisory_key(writer_id),)
@@ -210,6 +229,11 @@ class AdvisoryHolds:
         if not row:
             return "unknown"
         return "gone" if row[0] is True else "alive"
+
+
+def _try_lock(session: Connection, key: int) -> bool:
+    row = session.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+    return row is not None and row[0] is True
 
 
 def advisory_key(writer_id: str) -> int:
