@@ -367,6 +367,16 @@ def test_values_that_are_not_credentials_keep_their_bytes() -> None:
     assert credential_paths(scrubbed) == ["mcp_servers[0].authorization_token"]
 
 
+def test_a_credential_named_twice_keeps_neither_value() -> None:
+    """Scenario 33: an object repeating a credential's name, its last value null or
+    already the marker, keeps none of the earlier values."""
+    for last in (b"null", b'"[scrubbed by convstore]"', b'""'):
+        body = b'{"mcp_servers":[{"authorization_token":"S33-first","authorization_token":%s}]}'
+        scrubbed = scrub_request(body % last)
+        assert b"S33-first" not in scrubbed
+        assert msgspec.json.decode(scrubbed) == msgspec.json.decode(body % last)
+
+
 def test_a_credential_nested_past_the_limit_is_refused() -> None:
     """Scenario 33: a credential-like name deeper than the scrubber looks is a typed
     error (the body is not recorded), never stored unscrubbed."""

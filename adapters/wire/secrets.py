@@ -25,8 +25,10 @@ What is a credential (names compared case-insensitively, without `-` and `_`, so
 
 Everything else keeps its bytes: only the objects and lists on the way to a credential
 are re-encoded (their other members embedded byte for byte), and a body holding none is
-returned as it is. The client's own API key, which travels in request headers, is the
-HTTP transport's to scrub (`adapters.http.transport`).
+returned as it is. An object naming a credential twice keeps only the last member so
+named (as a JSON reader takes it), so an earlier value cannot hide behind a later `null`.
+The client's own API key, which travels in request headers, is the HTTP transport's to
+scrub (`adapters.http.transport`).
 """
 
 from __future__ import annotations
@@ -136,9 +138,10 @@ def _scrub(raw: bytes, *, held: bool, depth: int) -> bytes | None:
         changed = False
         header = held and _header_credential(members)
         for name, value in members.items():
-            replaced = _member(
-                value, credential=_is_credential(name, held) or (header and name == "value")
-            )
+            credential = _is_credential(name, held) or (header and name == "value")
+            # A repeated name was decoded as its last member: re-encoding drops the others.
+            changed = changed or (credential and raw.count(_ENCODE(name)) > 1)
+            replaced = _member(value, credential=credential)
             if replaced is None:
                 replaced = _nested(value, held=held or _is_holder(name), depth=depth)
             if replaced is not None:
