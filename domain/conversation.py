@@ -299,7 +299,9 @@ def _no_open_response(state: ConversationState, what: str) -> None:
     if state.open_response is not None:
         raise errors.ResponseStillOpen(
             f"{what} while response {state.open_response.response_id!r} is still open; "
-            "end it first (or run `convstore repair`)"
+            "its writer may still be writing it: wait for it to end (the next write closes it "
+            "once its writer is gone), or close it with `convstore repair` (`--force` while "
+            "its writer is alive)"
         )
 
 
