@@ -891,13 +891,21 @@ def test_numbers_out_of_range_are_kept_not_raised() -> None:
     text = events[1]
     assert isinstance(text, AssistantText) and text.attributions[0].replay is not None
     assert text.attributions[0].replay.raw == b'{"a": 1e400}'
+    # Scenario 37: the usage values out of range are kept raw; the stop reason stays.
+    unread = events[3]
+    assert isinstance(unread, UnknownArtifact) and unread.payload.format == "unread_usage"
+    assert unread.payload.raw == b'{"usage":{"x":1e400,"a":1e400}}'
+    assert isinstance(events[-1], ResponseEnded) and events[-1].stop_reason == "end_turn"
     record(events)
     whole = huge({"id": "m", "type": "message", "usage": "HUGE", "content": [{"n": "HUGE"}]})
-    assert kinds(decode_message(whole.encode())) == [
+    drafts = list(decode_message(whole.encode()))
+    assert kinds(drafts) == [
         "ResponseStarted",
+        "UnknownArtifact",
         "UnknownArtifact",
         "ResponseEnded",
     ]
+    assert isinstance(drafts[2], UnknownArtifact) and drafts[2].payload.raw == b'{"usage":1e400}'
     with pytest.raises(DecodeError):
         RequestContext.from_body(huge({"max_tokens": "HUGE"}).encode())
 

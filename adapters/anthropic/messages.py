@@ -17,6 +17,7 @@ import msgspec
 
 from convstore.adapters.anthropic.binding import model_names
 from convstore.adapters.anthropic.context import PROVIDER
+from convstore.adapters.wire.counts import UNREAD_USAGE
 from convstore.adapters.wire.encoding import (
     ResponseSpan,
     Scan,
@@ -43,7 +44,7 @@ USER_CONTENT_BLOCK: Final = "user_content_block"
 document): replayed in a user message."""
 
 _REPLAYED_FORMATS: Final = frozenset({"content_block"})
-_NOT_CONTENT: Final = frozenset({"stream_event", "message_fields"})
+_NOT_CONTENT: Final = frozenset({"stream_event", "message_fields", UNREAD_USAGE})
 """UnknownArtifact formats that were never message content: not replayed, not a loss."""
 
 

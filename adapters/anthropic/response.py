@@ -12,6 +12,13 @@ from convstore.adapters.anthropic.blocks import BlockMapper
 from convstore.adapters.anthropic.context import PROVIDER, RequestContext
 from convstore.adapters.anthropic.notices import MESSAGE_FIELDS_FORMAT
 from convstore.adapters.wire.assembler import AssembledBlock
+from convstore.adapters.wire.counts import (
+    UNREAD_USAGE,
+    Counters,
+    encoded_unread,
+    read_counters,
+    usage_fields,
+)
 from convstore.domain.events import Event, ResponseEnded, ResponseStarted
 from convstore.domain.vocabulary import EndState, ErrorInfo, FinishReason, ResponseId, Usage
 
@@ -122,55 +129,52 @@ def _usage(tokens: dict[str, int], hosted: dict[str, int], other: dict[str, int]
     )
 
 
-def usage_of(counters: Mapping[str, Any]) -> Usage:
-    """Anthropic usage counters as `Usage`."""
+_HOSTED_PREFIX: Final = "server_tool_use."
+
+
+def usage_of(counters: Counters) -> Usage:
+    """Anthropic usage counters (read by `read_counters`) as `Usage`."""
     tokens: dict[str, int] = {}
     hosted: dict[str, int] = {}
     other: dict[str, int] = {}
-    pending: list[tuple[str, Mapping[str, Any]]] = []
     tokens_of = USAGE_TOKENS.get
-    for name, value in counters.items():  # the top level, then nested objects (last first)
-        if type(value) is int:
-            field = tokens_of(name)
-            if field is not None:
-                tokens[field] = value
-            else:
-                other[name] = value
-        elif isinstance(value, dict):
-            pending.append((name + ".", value))
-    while pending:
-        prefix, values = pending.pop()
-        for name, value in values.items():
-            if type(value) is int:
-                key = prefix + name
-                if key in USAGE_TOKENS:
-                    tokens[USAGE_TOKENS[key]] = value
-                elif prefix == "server_tool_use.":
-                    hosted[name] = value
-                else:
-                    other[key] = value
-            elif isinstance(value, dict):
-                pending.append((f"{prefix}{name}.", value))
+    for key, value in counters.counts.items():
+        field = tokens_of(key)
+        if field is not None:
+            tokens[field] = value
+        elif key.startswith(_HOSTED_PREFIX) and key.count(".") == 1:
+            hosted[key[len(_HOSTED_PREFIX) :]] = value
+        else:
+            other[key] = value
     return _usage(tokens, hosted, other)
 
 
 class ResponseHead:
     """The message-level state of one response: ids, usage, fields kept as they came."""
 
-    __slots__ = ("context", "extras", "mapper", "model", "response_id", "usage")
+    __slots__ = ("context", "extras", "mapper", "model", "response_id", "usage", "usage_whole")
 
     def __init__(
         self, message_id: str, fields: Mapping[str, msgspec.Raw], context: RequestContext
     ) -> None:
         model = decode_field(fields.get("model"))
-        usage = decode_field(fields.get("usage"))
         self.response_id = ResponseId(message_id)
         self.model = model if isinstance(model, str) and model else context.model
         self.context = context
-        self.usage: dict[str, Any] = usage if isinstance(usage, dict) else {}
+        self.usage: dict[str, msgspec.Raw] = {}
+        """The usage fields raw: later ones (`message_delta`'s) replace earlier ones."""
+        self.usage_whole: msgspec.Raw | None = None
+        """The latest usage value that was not an object, kept raw."""
+        self.take_usage(fields.get("usage"))
         self.extras: dict[str, msgspec.Raw] = {}
         self.keep(fields, MESSAGE_FIELDS)
         self.mapper = BlockMapper(self.response_id, self.model, context)
+
+    def take_usage(self, raw: msgspec.Raw | None) -> None:
+        """Take in a usage object, raw (its counters are read one by one at the end)."""
+        whole = usage_fields(raw, self.usage)
+        if whole is not None:
+            self.usage_whole = whole
 
     def keep(self, fields: Mapping[str, msgspec.Raw], modelled: frozenset[str]) -> None:
         """Remember the non-null fields the events do not model."""
@@ -191,11 +195,16 @@ class ResponseHead:
     def ended(
         self, state: EndState, stop_reason: str | None, error: ErrorInfo | None = None
     ) -> list[Event]:
-        """The message fields kept (if any), then the response's ResponseEnded draft."""
+        """The message fields kept (if any), the usage values that are not counts (if any),
+        then the response's ResponseEnded draft."""
         out: list[Event] = []
+        counters = read_counters(self.usage, USAGE_TOKENS, self.usage_whole)
         if self.extras:
             extras = msgspec.json.encode(self.extras)
             out.append(self.mapper.unknown_value(extras, MESSAGE_FIELDS_FORMAT))
+        unread = encoded_unread({"usage": counters})
+        if unread is not None:
+            out.append(self.mapper.unknown_value(unread, UNREAD_USAGE))
         finish: FinishReason = "other"
         if state == "failed":
             finish = "error"
@@ -207,7 +216,7 @@ class ResponseHead:
                 state=state,
                 finish_reason=finish,
                 stop_reason=stop_reason,
-                usage=usage_of(self.usage),
+                usage=usage_of(counters),
                 error=error,
             )
         )

@@ -41,6 +41,7 @@ from convstore.adapters.anthropic.wire import (
     TypedBlockDelta,
 )
 from convstore.adapters.wire.assembler import AssembledBlock, OpenBlock, StreamAssembler
+from convstore.adapters.wire.counts import fields_of
 from convstore.domain.errors import DecodeError
 from convstore.domain.events import Event
 from convstore.domain.vocabulary import EndState, ErrorInfo
@@ -282,14 +283,17 @@ class StreamDecoder:
 
     def _message_delta(self, event: MessageDelta, data: bytes | str) -> Sequence[Event]:
         assert self.head is not None
-        stop_reason = decode_field(event.delta.get("stop_reason"))
+        delta = fields_of(event.delta)
+        if delta is None:  # absent, null, or not an object: kept whole (unless null)
+            delta = {"delta": event.delta} if event.delta else {}
+        stop_reason = decode_field(delta.get("stop_reason"))
         if isinstance(stop_reason, str):
             self.stop_reason = stop_reason
-        self.head.keep(event.delta, _DELTA_FIELDS)
+        self.head.keep(delta, _DELTA_FIELDS)
         # Fields beside `delta` (`context_management`): kept as the message's own (the
         # data decoded as an event already, so it decodes as an object).
         self.head.keep(_FIELDS.decode(data), _DELTA_EVENT_FIELDS)
-        self.head.usage.update(event.usage)
+        self.head.take_usage(event.usage)
         return _NOTHING
 
     def _message_stop(self, event: MessageStop, data: bytes | str) -> Sequence[Event]:

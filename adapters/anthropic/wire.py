@@ -65,8 +65,9 @@ class BlockStop(_Event, tag="content_block_stop"):
 
 
 class MessageDelta(_Event, tag="message_delta"):
-    delta: dict[str, msgspec.Raw] = {}
-    usage: dict[str, Any] = {}
+    delta: msgspec.Raw = _ABSENT
+    """The delta object raw (one that is not an object is kept whole, as a message field)."""
+    usage: msgspec.Raw = _ABSENT
 
 
 class MessageStop(_Event, tag="message_stop"):

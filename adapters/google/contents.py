@@ -28,6 +28,7 @@ from convstore.adapters.google.request_parts import (
     stored_parts,
     stored_response,
 )
+from convstore.adapters.wire.counts import UNREAD_USAGE
 from convstore.adapters.wire.encoding import (
     ANY_JSON,
     ENCODER,
@@ -63,6 +64,7 @@ NOT_CONTENT: Final = frozenset(
         "candidate_fields",
         "candidate",
         "chunk",
+        UNREAD_USAGE,
     }
 )
 """UnknownArtifact / activity payload formats that were never content: not replayed, no

@@ -9,12 +9,19 @@ state across chunks.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 import msgspec
 
 from convstore.adapters.google.context import PROVIDER, RequestContext
+from convstore.adapters.wire.counts import (
+    Counters,
+    count_of,
+    encoded_unread,
+    fields_of,
+    read_counters,
+)
 from convstore.domain.events import Event, ResponseEnded, ResponseStarted
 from convstore.domain.vocabulary import (
     EndState,
@@ -153,26 +160,55 @@ def _usage(tokens: dict[str, int], hosted: dict[str, int], other: dict[str, int]
     )
 
 
-def usage_of(counters: Mapping[str, Any]) -> Usage:
-    """`usageMetadata` as `Usage`."""
-    tokens: dict[str, int] = {}
-    hosted: dict[str, int] = {}
+_DETAILS: Final = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+def usage_of(raw: msgspec.Raw | None) -> tuple[Usage, bytes | None]:
+    """`usageMetadata` (raw) as `Usage`, and the value of an `UNREAD_USAGE` artifact for
+    what in it is not a count (None when everything is)."""
+    fields = fields_of(raw)
+    if fields is None:
+        whole = raw if raw and bytes(raw) != b"null" else None
+        return _usage({}, {}, {}), encoded_unread({"usageMetadata": Counters(whole=whole)})
+    named = USAGE_TOKENS.keys() | HOSTED_USAGE
+    read = Counters()
     other: dict[str, int] = {}
-    for name, value in counters.items():
-        if type(value) is int:
-            if name in USAGE_TOKENS:
-                tokens[USAGE_TOKENS[name]] = value
-            elif name in HOSTED_USAGE:
-                hosted[name] = value
-            else:
-                other[name] = value
-        elif isinstance(value, list):  # [{"modality": "TEXT", "tokenCount": 17}, …]
-            for detail in value:
-                if isinstance(detail, dict):
-                    modality, count = detail.get("modality"), detail.get("tokenCount")
-                    if isinstance(modality, str) and type(count) is int:
-                        other[f"{name}.{modality}"] = count
-    return _usage(tokens, hosted, other)
+    for name, value in fields.items():  # one at a time: `other` keeps the wire's order
+        if bytes(value)[:1] == b"[":  # [{"modality": "TEXT", "tokenCount": 17}, …]
+            unread = list(_details(value, name, other))
+            if unread:
+                read.unread[name] = unread
+            continue
+        one = read_counters({name: value}, named)
+        read.unread.update(one.unread)
+        for key, found in one.counts.items():
+            if key not in USAGE_TOKENS and key not in HOSTED_USAGE:
+                other[key] = found
+            read.counts[key] = found
+    counts = read.counts
+    tokens = {USAGE_TOKENS[k]: v for k, v in counts.items() if k in USAGE_TOKENS}
+    hosted = {k: v for k, v in counts.items() if k in HOSTED_USAGE}
+    return _usage(tokens, hosted, other), encoded_unread({"usageMetadata": read})
+
+
+def _details(raw: msgspec.Raw, name: str, other: dict[str, int]) -> Iterator[msgspec.Raw]:
+    """Put a per-modality list's counts in `other`; yields each detail whose `tokenCount`
+    is there but not a count (raw). A detail without a modality is not a counter."""
+    try:
+        details = _DETAILS.decode(raw)
+    except (msgspec.DecodeError, RecursionError):
+        return
+    for detail in details:
+        fields = fields_of(detail)
+        modality = decode_field(fields.get("modality")) if fields is not None else None
+        if fields is None or not isinstance(modality, str) or "tokenCount" not in fields:
+            continue
+        count = fields["tokenCount"]
+        found = count_of(count)
+        if found is not None:
+            other[f"{name}.{modality}"] = found
+        elif bytes(count) != b"null":
+            yield detail
 
 
 def finish_reason_of(

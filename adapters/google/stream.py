@@ -51,6 +51,7 @@ from convstore.adapters.google.response import (
     usage_of,
 )
 from convstore.adapters.wire.assembler import AssembledBlock, OpenBlock, StreamAssembler
+from convstore.adapters.wire.counts import UNREAD_USAGE
 from convstore.domain.errors import DecodeError
 from convstore.domain.events import (
     AssistantText,
@@ -102,7 +103,7 @@ class _PlainChunk(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     """The common chunk: any field beyond these fails the decode (the general path)."""
 
     candidates: list[_PlainCandidate] = []
-    usageMetadata: dict[str, Any] | None = None  # noqa: N815
+    usageMetadata: msgspec.Raw = msgspec.Raw()  # noqa: N815 (its counters read at the end)
     modelVersion: str | None = None  # noqa: N815
     responseId: str | None = None  # noqa: N815
 
@@ -127,7 +128,7 @@ class _RawPartsChunk(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     """The common chunk with parts of any kind (each kept raw, for the part mapper)."""
 
     candidates: list[_RawCandidate] = []
-    usageMetadata: dict[str, Any] | None = None  # noqa: N815
+    usageMetadata: msgspec.Raw = msgspec.Raw()  # noqa: N815 (its counters read at the end)
     modelVersion: str | None = None  # noqa: N815
     responseId: str | None = None  # noqa: N815
 
@@ -171,7 +172,8 @@ class ChunkDecoder:
         """Drafts kept until the end (from the first visible text on), or None."""
         self._grounding: list[tuple[bytes, dict[str, Any]]] = []
         self._url_context: list[tuple[bytes, dict[str, Any]]] = []
-        self._usage: dict[str, Any] = {}
+        self._usage: msgspec.Raw | None = None
+        """The newest chunk's `usageMetadata`, raw (its counters are read at the end)."""
         self._stop_reason: str | None = None
         self._finished = False
         """Whether the latest chunk with candidate 0 carried a finishReason (chunks
@@ -213,8 +215,8 @@ class ChunkDecoder:
         for name, value in fields.items():
             if name not in RESPONSE_FIELDS and value != _NULL:
                 self._extras[name] = value
-        usage = decode_field(fields.get("usageMetadata"))
-        if isinstance(usage, dict):
+        usage = fields.get("usageMetadata")
+        if usage is not None and usage != _NULL:
             self._usage = usage
         feedback = decode_field(fields.get("promptFeedback"))
         if isinstance(feedback, dict) and isinstance(feedback.get("blockReason"), str):
@@ -273,12 +275,12 @@ class ChunkDecoder:
         candidates = chunk.candidates
         if len(candidates) > 1 or (candidates and candidates[0].index != 0):
             return None
-        if not candidates and chunk.usageMetadata is None and chunk.responseId is None:
+        if not candidates and not chunk.usageMetadata and chunk.responseId is None:
             return None  # maybe no response chunk at all: the general path tells
         out: list[Event] = []
         if self.response_id is None:  # the first chunk: it has no other field to keep
             out.append(self._begin(raw, chunk.responseId, chunk.modelVersion))
-        if chunk.usageMetadata is not None:
+        if chunk.usageMetadata and chunk.usageMetadata != _NULL:
             self._usage = chunk.usageMetadata
         if not candidates:
             return out or _NOTHING
@@ -461,6 +463,9 @@ class ChunkDecoder:
         if self._candidate_extras:
             extras = msgspec.json.encode(self._candidate_extras)
             out.append(mapper.unknown_value(extras, CANDIDATE_FIELDS_FORMAT))
+        usage, unread = usage_of(self._usage)
+        if unread is not None:
+            out.append(mapper.unknown_value(unread, UNREAD_USAGE))
         stop_reason = self._blocked or self._stop_reason
         out.append(
             ResponseEnded(
@@ -470,7 +475,7 @@ class ChunkDecoder:
                     state, stop_reason, called=mapper.called, blocked=self._blocked is not None
                 ),
                 stop_reason=stop_reason,
-                usage=usage_of(self._usage),
+                usage=usage,
                 error=error,
             )
         )

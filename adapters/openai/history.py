@@ -48,6 +48,7 @@ import msgspec
 from convstore.adapters.openai.context import PROVIDER, RequestContext
 from convstore.adapters.openai.hosted_items import HOSTED_ITEMS
 from convstore.adapters.openai.inputs import INPUT_ITEM, build_input
+from convstore.adapters.openai.item_fields import str_field
 from convstore.adapters.openai.items import ItemMapper
 from convstore.adapters.wire.assembler import AssembledBlock
 from convstore.adapters.wire.providers import MessageDrafts
@@ -161,7 +162,7 @@ def _side(item: dict[str, Any]) -> str:
     """`user` or `assistant`: which side of the conversation added the item."""
     if _is_message(item):
         return "assistant" if item.get("role") == "assistant" else "user"
-    kind = item.get("type")
+    kind = str_field(item, "type")  # a `type` that is not a string names no kind
     if kind in _OUTPUTS or kind in _USER_SIDE or _client_search_output(item):
         return "user"
     return "assistant"
@@ -209,7 +210,7 @@ def item_key(item: Any) -> tuple[Any, ...]:
     """What identifies an input item when a conversation is matched against a request."""
     if not isinstance(item, dict):
         return ("?",)
-    kind = item.get("type")
+    kind = str_field(item, "type")  # a `type` that is not a string names no kind
     if _is_message(item):
         content = item.get("content")
         texts = _texts(content)
@@ -321,7 +322,7 @@ def _user(raw: bytes, item: dict[str, Any], calls: set[str]) -> Event:
             return UserMessage(blocks=texts)
         return UnknownArtifact(payload=_payload(raw))
     call_id = item.get("call_id")
-    answers = item.get("type") in _OUTPUTS or _client_search_output(item)
+    answers = str_field(item, "type") in _OUTPUTS or _client_search_output(item)
     if answers and isinstance(call_id, str) and call_id in calls:
         calls.discard(call_id)
         return ToolCallResponded(

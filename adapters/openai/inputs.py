@@ -21,6 +21,7 @@ from convstore.adapters.openai.binding import (
     portable_reason,
 )
 from convstore.adapters.openai.context import PROVIDER
+from convstore.adapters.wire.counts import UNREAD_USAGE
 from convstore.adapters.wire.encoding import (
     ENCODER,
     context_envelope,
@@ -44,7 +45,7 @@ INPUT_ITEM: Final = "input_item"
 """Payload format of an item kept from a captured request's `input` (user side)."""
 
 
-_NOT_CONTENT: Final = frozenset({"response_fields", "stream_event"})
+_NOT_CONTENT: Final = frozenset({"response_fields", "stream_event", UNREAD_USAGE})
 """OpenAI UnknownArtifact formats that were never content: not replayed, not a loss."""
 
 

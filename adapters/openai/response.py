@@ -11,6 +11,13 @@ import msgspec
 from convstore.adapters.openai.context import PROVIDER, RequestContext
 from convstore.adapters.openai.items import ItemMapper
 from convstore.adapters.wire.assembler import AssembledBlock
+from convstore.adapters.wire.counts import (
+    UNREAD_USAGE,
+    Counters,
+    encoded_unread,
+    fields_of,
+    read_counters,
+)
 from convstore.domain.events import Event, ResponseEnded, ResponseStarted
 from convstore.domain.vocabulary import EndState, ErrorInfo, FinishReason, ResponseId, Usage
 
@@ -145,15 +152,6 @@ def map_whole(mapper: ItemMapper, index: int, raw: msgspec.Raw | bytes) -> list[
     return mapper(AssembledBlock(index, item, value))
 
 
-def _walk(prefix: str, values: Mapping[str, Any], out: dict[str, int]) -> None:
-    for name, value in values.items():
-        key = prefix + name
-        if isinstance(value, dict):
-            _walk(key + ".", value, out)
-        elif type(value) is int:
-            out[key] = value
-
-
 def _usage(tokens: dict[str, int], hosted: dict[str, int], other: dict[str, int]) -> Usage:
     """`Usage` of these counters (keywords spelled out: much faster than `**tokens`)."""
     get = tokens.get
@@ -168,16 +166,18 @@ def _usage(tokens: dict[str, int], hosted: dict[str, int], other: dict[str, int]
     )
 
 
-def usage_of(usage: Mapping[str, Any], tool_usage: Mapping[str, Any]) -> Usage:
-    """OpenAI `usage` and `tool_usage` counters as `Usage`."""
-    counters: dict[str, int] = {}
-    _walk("", usage, counters)
-    tokens = {USAGE_TOKENS[k]: v for k, v in counters.items() if k in USAGE_TOKENS}
-    other = {k: v for k, v in counters.items() if k not in USAGE_TOKENS}
-    hosted_counters: dict[str, int] = {}
-    _walk("", tool_usage, hosted_counters)
-    hosted = {HOSTED_COUNTERS.get(k, k): v for k, v in hosted_counters.items()}
+def usage_of(usage: Counters, tool_usage: Counters) -> Usage:
+    """OpenAI `usage` and `tool_usage` counters (read by `read_counters`) as `Usage`."""
+    counts = usage.counts
+    tokens = {USAGE_TOKENS[k]: v for k, v in counts.items() if k in USAGE_TOKENS}
+    other = {k: v for k, v in counts.items() if k not in USAGE_TOKENS}
+    hosted = {HOSTED_COUNTERS.get(k, k): v for k, v in tool_usage.counts.items()}
     return _usage(tokens, hosted, other)
+
+
+def _counters(raw: msgspec.Raw) -> Counters:
+    fields = fields_of(raw)
+    return read_counters(fields, USAGE_TOKENS) if fields is not None else Counters(whole=raw)
 
 
 class ResponseHead:
@@ -192,8 +192,9 @@ class ResponseHead:
         self.status: str | None = None
         self.incomplete_reason: str | None = None
         self.error: Any = None
-        self.usage: dict[str, Any] | None = None
-        self.tool_usage: dict[str, Any] = {}
+        self.usage: msgspec.Raw | None = None
+        """The newest copy's `usage`, raw (and `tool_usage`'s)."""
+        self.tool_usage: msgspec.Raw | None = None
         self.extras: dict[str, msgspec.Raw] = {}
         self.update(fields)
         self.model = self.model or context.model
@@ -220,12 +221,18 @@ class ResponseHead:
         error = decode_field(fields.get("error"))
         if error is not None:
             self.error = error
-        usage = decode_field(fields.get("usage"))
-        if isinstance(usage, dict):
+        usage = fields.get("usage")
+        if usage and usage != _NULL_RAW:  # counters are read one by one at the end
             self.usage = usage
-        tool_usage = decode_field(fields.get("tool_usage"))
-        if isinstance(tool_usage, dict):
+        tool_usage = fields.get("tool_usage")
+        if tool_usage and tool_usage != _NULL_RAW:
             self.tool_usage = tool_usage
+
+    def _usages(self) -> Iterator[tuple[str, msgspec.Raw]]:
+        if self.usage is not None:
+            yield "usage", self.usage
+        if self.tool_usage is not None:
+            yield "tool_usage", self.tool_usage
 
     def started(self) -> ResponseStarted:
         """The response's ResponseStarted draft."""
@@ -264,6 +271,10 @@ class ResponseHead:
         if self.extras:
             extras = msgspec.json.encode(self.extras)
             out.append(self.mapper.unknown_value(extras, "response_fields"))
+        read = {name: _counters(raw) for name, raw in self._usages()}
+        unread = encoded_unread(read)
+        if unread is not None:
+            out.append(self.mapper.unknown_value(unread, UNREAD_USAGE))
         finish: FinishReason = "other"
         if state == "failed":
             finish = "error"
@@ -277,8 +288,9 @@ class ResponseHead:
             else:
                 finish = "stop"
         usage = None
-        if self.usage is not None or self.tool_usage:
-            usage = usage_of(self.usage or {}, self.tool_usage)
+        if read:
+            empty = Counters()
+            usage = usage_of(read.get("usage", empty), read.get("tool_usage", empty))
         out.append(
             ResponseEnded(
                 response_id=self.response_id,
