@@ -18,6 +18,7 @@ import msgspec
 from convstore.adapters.anthropic.citations import attribution
 from convstore.adapters.anthropic.context import PROVIDER, RequestContext, activity_name
 from convstore.adapters.wire.assembler import AssembledBlock
+from convstore.adapters.wire.counts import count_field
 from convstore.domain.events import (
     AssistantText,
     Event,
@@ -94,7 +95,7 @@ def _tools_found(content: Mapping[str, Any]) -> str:
 
 
 def _viewed(content: Mapping[str, Any]) -> str:
-    lines = _int(content, "num_lines")
+    lines = count_field(content, "num_lines")
     return f"viewed {_count(lines, 'line')}" if lines is not None else "viewed"
 
 

@@ -13,6 +13,7 @@ from typing import Any, Final
 import msgspec
 
 from convstore.adapters.anthropic.context import PROVIDER
+from convstore.adapters.wire.counts import count_field
 from convstore.domain.vocabulary import Attribution, Location, ProviderPayload, Source
 
 __all__ = ["CITATION_SOURCES", "attribution"]
@@ -23,16 +24,13 @@ def _str(d: Mapping[str, Any], key: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _int(d: Mapping[str, Any], key: str) -> int | None:
-    value = d.get(key)
-    return value if type(value) is int else None
-
-
 def _location(c: Mapping[str, Any], unit: Any, start: str, end: str, doc: str) -> Location | None:
-    first, last = _int(c, start), _int(c, end)
-    if first is None or last is None:
+    """The cited span: positions are counts (a negative, fractional or boolean one, or an
+    end before the start, locates nothing)."""
+    first, last = count_field(c, start), count_field(c, end)
+    if first is None or last is None or last < first:
         return None
-    return Location(unit=unit, start=first, end=last, document_index=_int(c, doc))
+    return Location(unit=unit, start=first, end=last, document_index=count_field(c, doc))
 
 
 def _document(unit: str, start: str, end: str) -> Callable[[Mapping[str, Any]], Source]:

@@ -174,7 +174,7 @@ def usage_of(raw: msgspec.Raw | None) -> tuple[Usage, bytes | None]:
     read = Counters()
     other: dict[str, int] = {}
     for name, value in fields.items():  # one at a time: `other` keeps the wire's order
-        if bytes(value)[:1] == b"[":  # [{"modality": "TEXT", "tokenCount": 17}, …]
+        if bytes(value)[:1] == b"[" and name not in named:  # [{"modality": "TEXT", …}, …]
             unread = list(_details(value, name, other))
             if unread:
                 read.unread[name] = unread
