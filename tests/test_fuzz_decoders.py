@@ -21,8 +21,14 @@ framer):
   most `MEMORY_FACTOR` times the largest unit held whole (a block's text, or an event's
   data) plus a constant, the 4x the design targets.
 
+Scenario 37 (type confusion) sweeps every field of every seed's request and response
+instead: each is given a value of every other JSON type (`CONFUSIONS`); the request goes
+through `ingest --request` (the history path), the response through every decoder, with
+the same oracle, and a replaced usage counter changes no counter but its own.
+
 `make test` runs a fixed (derandomized) sample in well under a minute; the
-`@pytest.mark.soak` twins run many more random examples and print a reproduction blob.
+`@pytest.mark.soak` twins run many more random examples and print a reproduction blob
+(the type-confusion sweep, whole).
 """
 
 from __future__ import annotations
@@ -844,6 +850,153 @@ def test_soak_mutated_requests_ingest_or_report_a_decode_error(
 def test_soak_mutated_captures_frame_alike(mutant: Mutant, max_event_bytes: int) -> None:
     """Scenario 15, many random examples (see `fuzz_framer`)."""
     fuzz_framer(mutant, max_event_bytes)
+
+
+# --- type confusion: every field of every capture, given a value of another type -------------
+
+CONFUSIONS: Final[tuple[bytes, ...]] = (
+    *(b"{}", b"[]", b'""', b"0", b"-1", b"1e400", b"true", b"null"),
+    b'"' + b"x" * 100_000 + b'"',
+)
+"""Scenario 37: what a field is replaced by: every JSON type, a negative, a number out of
+range, a huge string."""
+USAGE_FIELDS: Final = frozenset({"usage", "tool_usage", "usageMetadata"})
+"""The fields holding a response's usage counters (any provider)."""
+
+
+@dataclass(frozen=True)
+class Site:
+    """One field of one capture: in its request (`unit` None) or in a unit of its response."""
+
+    seed: Seed
+    unit: int | None
+    path: tuple[Any, ...]
+
+    def __repr__(self) -> str:
+        return f"Site(seed={self.seed.name!r}, unit={self.unit!r}, path={self.path!r})"
+
+
+def _sites(seed: Seed) -> list[Site]:
+    """Every field (every JSON node but the root) of the seed's request and response."""
+    sites: list[Site] = []
+    sources = [(None, seed.request)] if seed.request is not None else []
+    sources += list(enumerate(_units(seed.body)))
+    for unit, data in sources:
+        parsed = _parsed(data) if data is not None else None
+        if parsed is not None:
+            sites.extend(Site(seed, unit, path) for path in parsed.paths if path)
+    return sites
+
+
+SITES: Final = [site for seed in SEEDS for site in _sites(seed)]
+
+
+def retyped(site: Site, value: bytes) -> Mutant:
+    """The seed's exchange with the field at `site` replaced by `value`."""
+    seed = site.seed
+    if site.unit is None:
+        assert seed.request is not None
+        parsed = _parsed(seed.request)
+        assert parsed is not None
+        return Mutant(seed, seed.body, _rebuilt(parsed, site.path, value), seed.status, ())
+    units = _units(seed.body)
+    parsed = _parsed(units[site.unit])
+    assert parsed is not None
+    units[site.unit] = _rebuilt(parsed, site.path, value)
+    return Mutant(seed, b"".join(units), seed.request, seed.status, (len(seed.body) // 2,))
+
+
+def _usage_counters(drafts: list[Event] | None) -> dict[str, int] | None:
+    """The usage counters of the decoded response, flat; None when it has none."""
+    usage = getattr(drafts[-1], "usage", None) if drafts else None
+    if usage is None:
+        return None
+    fields = msgspec.structs.asdict(usage)
+    flat = {name: value for name, value in fields.items() if type(value) is int}
+    flat.update({f"hosted.{name}": value for name, value in usage.hosted.items()})
+    flat.update({f"other.{name}": value for name, value in usage.other.items()})
+    return flat
+
+
+def _counts_under(node: Any) -> int:
+    """How many integers a JSON subtree holds (the counters a replacement may take along)."""
+    if isinstance(node, dict):
+        return sum(_counts_under(child) for child in node.values())
+    if isinstance(node, list):
+        return sum(_counts_under(child) for child in node)
+    return int(type(node) is int)
+
+
+def check_usage_neighbours(site: Site, value: bytes, mutant: Mutant) -> None:
+    """Scenario 37, the fields around a usage counter: a replaced counter (or object of
+    counters) changes at most the counters it held; every other counter reads as it did,
+    and none reads as a negative number."""
+    if site.unit is None or not USAGE_FIELDS & {s for s in site.path if isinstance(s, str)}:
+        return
+    decode = adapter(site.seed.provider).decode
+    before = _usage_counters(decode_or_refuse(lambda: decode(site.seed.body, None, None)))
+    after = _usage_counters(decode_or_refuse(lambda: decode(mutant.body, None, None)))
+    if before is None or after is None:
+        return  # the replacement took the response or its end along (e.g. its `type`)
+    assert all(count >= 0 for count in after.values()), after
+    changed = {name for name, count in after.items() if before.get(name) != count}
+    parsed = _parsed(_units(site.seed.body)[site.unit])
+    assert parsed is not None
+    usage_at = max(i for i, step in enumerate(site.path) if step in USAGE_FIELDS)
+    lists = [i for i, step in enumerate(site.path) if isinstance(step, int) and i > usage_at]
+    held = _get(parsed.value, site.path[: lists[-1] + 1] if lists else site.path)
+    # A replaced counter is gone, or reads as what replaced it (0, a count wherever it
+    # lands), or as an earlier copy's value (a stream's later usage updates an earlier
+    # one's), or under another name (a Gemini detail's `modality` replaced): only those.
+    allowed = _counts_under(held) + (value == b"0")
+    lost = before.keys() - after.keys()
+    assert max(len(changed), len(lost)) <= allowed, (before, after)
+
+
+def fuzz_confusion(store: Store, folder: Path, site: Site, value: bytes) -> None:
+    """Scenario 37: the field at `site` given `value`: the request through `ingest
+    --request` (the history path), the response through every decoder; a DecodeError or
+    a recorded response, never another exception, and the usage counters around it stay."""
+    mutant = retyped(site, value)
+    if site.unit is None:
+        check_history(store.service, folder, mutant)
+        return
+    check_decode(store.service, site.seed.provider, mutant)
+    check_direct(store.service, site.seed.provider, mutant)
+    check_usage_neighbours(site, value, mutant)
+
+
+@settings(FAST, max_examples=1000)
+@given(site=st.sampled_from(SITES), value=st.sampled_from(CONFUSIONS))
+def test_a_field_of_another_type_is_a_decode_error_or_read_alone(
+    store: Store, tmp_path_factory: pytest.TempPathFactory, site: Site, value: bytes
+) -> None:
+    """Scenario 37 on a fixed sample of (field, value) pairs (see `fuzz_confusion`)."""
+    fuzz_confusion(store, tmp_path_factory.getbasetemp(), site, value)
+
+
+@settings(FAST, max_examples=400)
+@given(
+    site=st.sampled_from([s for s in SITES if s.unit is not None and USAGE_FIELDS & set(s.path)]),
+    value=st.sampled_from(CONFUSIONS),
+)
+def test_a_usage_counter_of_another_type_leaves_the_others(
+    store: Store, tmp_path_factory: pytest.TempPathFactory, site: Site, value: bytes
+) -> None:
+    """Scenario 37 on a fixed sample of usage fields (see `check_usage_neighbours`)."""
+    fuzz_confusion(store, tmp_path_factory.getbasetemp(), site, value)
+
+
+@pytest.mark.soak
+@pytest.mark.parametrize("seed", SEEDS, ids=[seed.name for seed in SEEDS])
+def test_soak_every_field_of_every_capture_of_every_type(
+    store: Store, tmp_path_factory: pytest.TempPathFactory, seed: Seed
+) -> None:
+    """Scenario 37, the full sweep: every field of the capture's request and response,
+    given each of `CONFUSIONS` (see `fuzz_confusion`)."""
+    for site in _sites(seed):
+        for value in CONFUSIONS:
+            fuzz_confusion(store, tmp_path_factory.getbasetemp(), site, value)
 
 
 # --- regressions: what the fuzzer found, pinned --------------------------------------------------
