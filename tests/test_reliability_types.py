@@ -156,3 +156,23 @@ def test_an_openai_request_item_whose_type_is_not_a_string_ingests(
     ]
     kept = [e for e in events if isinstance(e, UnknownArtifact) and kind in e.payload.raw]
     assert kept  # the odd item, raw
+
+
+def test_an_anthropic_delta_at_index_minus_one_is_not_appended_to_the_last_block() -> None:
+    """Scenario 37: a text delta whose `index` is -1 names no block: it is kept as an
+    unknown event, read whole or event by event (read whole, the stream's hot path took
+    -1 for "the block of the previous delta", its own marker for none, and appended the
+    piece to that block's text)."""
+    body = (EXAMPLES / "anthropic" / "pause_turn" / "2.response.sse").read_bytes()
+    piece = b'"text":"work on the bridge began in 1995 and the"'
+    at = body.index(piece)
+    start = body.rindex(b'"index":3', 0, at)
+    mutated = body[:start] + b'"index":-1' + body[start + len(b'"index":3') :]
+    decode = adapter("anthropic").decode
+    whole = list(decode(mutated, None, None))
+    events = [event + b"\n\n" for event in mutated.split(b"\n\n") if event]
+    assert list(decode(events, None, None)) == whole
+    kept = [d for d in whole if isinstance(d, UnknownArtifact) and piece in d.payload.raw]
+    assert len(kept) == 1
+    texts = "".join(getattr(d, "text", "") for d in whole)
+    assert "work on the bridge began" not in texts

@@ -134,9 +134,10 @@ class StreamDecoder:
         """
         out: list[Event] = []
         decode = HOT_EVENT.decode
-        # The piece list the last delta went to, and the (index, delta type) it serves.
+        # The piece list the last delta went to, and the (index, delta type) it serves
+        # (None: none; never a number, which a wire index could be, -1 included).
         pieces: list[str] = []
-        at = -1
+        at: int | None = None
         kind: type | None = None
         for data in datas:
             try:
@@ -169,7 +170,7 @@ class StreamDecoder:
             else:
                 drafts = _HANDLERS[type(event)](self, event, data)
             # Any other event may open or close blocks: the piece list is looked up again.
-            at = -1
+            at = None
             if drafts:
                 out.extend(drafts)
             if self.done:
