@@ -176,3 +176,20 @@ def test_an_anthropic_delta_at_index_minus_one_is_not_appended_to_the_last_block
     assert len(kept) == 1
     texts = "".join(getattr(d, "text", "") for d in whole)
     assert "work on the bridge began" not in texts
+
+
+@pytest.mark.parametrize("number", [b"-1", b"1.5", b"1e400", b"-0.25e-3"])
+def test_a_gemini_array_cut_inside_a_number_reads_as_if_whole(number: bytes) -> None:
+    """Scenarios 37 and 13: a Gemini chunk array read in pieces, cut after a number's sign,
+    point or exponent (`-`, `1.`, `1e`), reads as the whole body does (msgspec calls such
+    a cut number malformed, not truncated, and the array used to end there, abandoned)."""
+    body = (EXAMPLES / "google" / "streamed_call_arguments" / "2.response.json").read_bytes()
+    key = b'"trafficType": "ON_DEMAND"'
+    assert key in body
+    mutated = body.replace(key, b'"trafficType": ' + number, 1)
+    decode = adapter("google").decode
+    whole = list(decode(mutated, None, None))
+    assert getattr(whole[-1], "state", None) == "completed"
+    at = mutated.index(number)
+    for cut in range(at, at + len(number) + 1):
+        assert list(decode([mutated[:cut], mutated[cut:]], None, None)) == whole

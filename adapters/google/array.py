@@ -24,6 +24,9 @@ _WHITESPACE: Final = b" \t\r\n"
 _BOM: Final = b"\xef\xbb\xbf"
 _TRAILING: Final = re.compile(r"trailing characters \(byte (\d+)\)")
 _TRUNCATED: Final = "truncated"
+_AT_BYTE: Final = re.compile(r"\(byte (\d+)\)$")
+"""Where msgspec found a value malformed: at the very end of the bytes, a number cut
+after its sign, point or exponent (`-`, `1.`, `1e`), which more bytes may complete."""
 _RAW: Final = msgspec.json.Decoder(msgspec.Raw)
 _ENDS: Final = frozenset(b"}]")
 
@@ -145,7 +148,9 @@ class ArrayReader:
                 if end <= at:
                     raise MalformedArray(f"malformed array element: {message}") from None
                 return end
-            if _TRUNCATED in message:
+            at_byte = _AT_BYTE.search(message)
+            cut = at_byte is not None and int(at_byte.group(1)) >= pending
+            if _TRUNCATED in message or (cut and not final):
                 if final:
                     return None
                 self._tried = pending
