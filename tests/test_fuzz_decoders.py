@@ -44,7 +44,6 @@ import time
 import tracemalloc
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Any, Final
 
@@ -84,13 +83,13 @@ CPU_SECONDS_BASE: Final = 5.0
 FAST: Final = settings(
     derandomize=True,
     database=None,
-    deadline=timedelta(seconds=2),
+    deadline=None,  # tests assert no timings: a loaded machine must not fail them
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-"""`make test`: the same examples every run (stable in CI), a generous per-example deadline."""
+"""`make test`: the same examples every run (stable in CI), no deadline."""
 SOAK: Final = settings(
     database=None,
-    deadline=timedelta(seconds=2),
+    deadline=None,
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
@@ -309,6 +308,10 @@ HOSTILE_VALUES: Final[tuple[bytes, ...]] = (
 """JSON values no provider sends: edge numbers, every type, lone surrogates, invalid
 UTF-8, control characters, deep nesting (closed and not)."""
 
+RESIZED_MAX: Final = 1 << 18
+"""The longest a repeated string grows to (characters): repeats of repeats of a long
+encrypted value must not make a capture of tens of megabytes."""
+
 NUDGES: Final = (-1, 1, 2, -(2**31), 2**31, 2**63, 10**6, -(10**6), 10**30)
 """What an integer is moved by: just out of range, or far out."""
 
@@ -424,7 +427,8 @@ def _apply_value(units: list[bytes], op: tuple[Any, ...]) -> None:
     elif kind == "nudge":
         raw = str(current + argument).encode()
     else:  # resize: a string cut short, or repeated (offsets into it go out of range)
-        raw = _encode(current[: -argument or None] if argument <= 0 else current * argument)
+        times = max(1, min(argument, RESIZED_MAX // max(len(current), 1)))
+        raw = _encode(current[: -argument or None] if argument <= 0 else current * times)
     units[at] = _rebuilt(parsed, path, raw)
 
 
