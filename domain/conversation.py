@@ -39,6 +39,7 @@ from convstore.domain.vocabulary import (
     ActivityId,
     CallId,
     ConversationId,
+    EndState,
     Lifecycle,
     ProviderPayload,
     ResponseId,
@@ -60,6 +61,24 @@ class OpenResponse(msgspec.Struct, frozen=True, kw_only=True):
     writer: Writer | None = None
 
 
+class StoredResponse(msgspec.Struct, frozen=True, kw_only=True, array_like=True, gc=False):
+    """What re-ingesting a response needs of the copy stored: its newest attempt."""
+
+    attempt: int = 1
+    version: int = 0
+    """The version of that attempt's ResponseStarted."""
+    digest: str = ""
+    """Its content digest (empty while it is open, or when it was closed for its writer)."""
+    ended: EndState | None = None
+    """How it ended; None while it is open."""
+
+    @property
+    def cut(self) -> bool:
+        """Whether it is cut short (ended `abandoned`, or still open): a later copy may
+        complete it."""
+        return self.ended is None or self.ended == "abandoned"
+
+
 class ActivityState(msgspec.Struct, frozen=True, kw_only=True, array_like=True, gc=False):
     """What the lifecycle invariant needs of one hosted activity.
 
@@ -79,8 +98,8 @@ class ConversationState(msgspec.Struct, kw_only=True):
     """The hash of the newest event: the chain head."""
     open_turn: TurnId | None = None
     open_response: OpenResponse | None = None
-    responses: dict[str, str] = {}
-    """Response id → content digest, for idempotent re-ingestion."""
+    responses: dict[str, StoredResponse] = {}
+    """Response id → its newest attempt, for idempotent re-ingestion."""
     calls: dict[str, bool] = {}
     """Client tool call id → answered."""
     activities: dict[str, ActivityState] = {}
@@ -348,21 +367,38 @@ def _user_side(state: ConversationState, event: UserMessage | ContextInjected) -
 
 def _response_started(state: ConversationState, event: ResponseStarted) -> None:
     _no_open_response(state, f"response {event.response_id!r}")
-    if event.response_id in state.responses:
-        raise errors.DuplicateId(f"response {event.response_id!r} is already recorded")
+    known = state.responses.get(event.response_id)
+    if known is None and event.attempt != 1:
+        raise errors.InvariantViolation(
+            f"attempt {event.attempt} of response {event.response_id!r}, which has no attempt 1"
+        )
+    if known is not None and (event.attempt != known.attempt + 1 or not known.cut):
+        raise errors.DuplicateId(
+            f"response {event.response_id!r} is already recorded (attempt {known.attempt}"
+            f"{', cut short' if known.cut else ', whole'}): only the next attempt of a copy "
+            "cut short may follow"
+        )
     state.open_response = OpenResponse(
         response_id=event.response_id,
         provider=event.provider,
         started_at=event.timestamp.timestamp(),
         writer=event.writer,
     )
-    state.responses[event.response_id] = ""
+    state.responses[event.response_id] = StoredResponse(
+        attempt=event.attempt, version=event.originator_version
+    )
 
 
 def _response_ended(state: ConversationState, event: ResponseEnded) -> None:
     _inside_response(state, event.response_id, "ResponseEnded")
     state.open_response = None
-    state.responses[event.response_id] = event.digest
+    started = state.responses[event.response_id]
+    state.responses[event.response_id] = StoredResponse(
+        attempt=started.attempt,
+        version=started.version,
+        digest=event.digest,
+        ended=event.state,
+    )
 
 
 def _assistant_text(state: ConversationState, event: AssistantText) -> None:

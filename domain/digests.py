@@ -26,7 +26,15 @@ import msgspec
 from convstore.domain.events import AssistantText, Event, ResponseEnded, ResponseStarted
 from convstore.domain.vocabulary import ProviderPayload, RequestSettings
 
-__all__ = ["VERSION_2", "ResponseDigest", "digest_for", "new_digest", "same_response"]
+__all__ = [
+    "VERSION_2",
+    "ResponseDigest",
+    "block_key",
+    "digest_for",
+    "new_digest",
+    "same_response",
+    "same_start",
+]
 
 VERSION_2: Final = "v2:"
 """The prefix of a version-2 digest."""
@@ -35,7 +43,16 @@ TRANSPORT_FIELDS: Final = frozenset({"stream", "stream_options"})
 """Request fields that say how the answer travels, not what was asked."""
 
 _ENVELOPE: Final = frozenset(
-    {"originator_id", "originator_version", "timestamp", "prev_hash", "hash", "writer", "digest"}
+    {
+        "originator_id",
+        "originator_version",
+        "timestamp",
+        "prev_hash",
+        "hash",
+        "writer",
+        "digest",
+        "attempt",
+    }
 )
 _V1_LEFT_OUT: Final = _ENVELOPE | {"payload", "replay", "settings"}
 _encode = msgspec.json.Encoder(order="sorted").encode
@@ -119,6 +136,25 @@ def same_response(stored: str, copy: str) -> bool:
     if response != copy_response:
         return False
     return request == copy_request or "-" in (request, copy_request)
+
+
+def block_key(event: Event) -> bytes:
+    """What identifies one of a response's blocks (or its end) as version 2 digests it:
+    two copies of a block are the same block when their keys are equal."""
+    return hashlib.sha256(
+        type(event).__name__.encode() + _encode(_canonical(event, _ENVELOPE))
+    ).digest()
+
+
+def same_start(stored: ResponseStarted, copy: ResponseStarted) -> bool:
+    """Whether two ResponseStarted open the same response: equal but for the envelope,
+    their requests compared (without transport fields) only where both recorded one."""
+    left_out = _ENVELOPE | {"settings"}
+    if _encode(_canonical(stored, left_out)) != _encode(_canonical(copy, left_out)):
+        return False
+    if RequestSettings() in (stored.settings, copy.settings):
+        return True
+    return _encode(_canonical(stored.settings)) == _encode(_canonical(copy.settings))
 
 
 def _canonical(value: Any, left_out: frozenset[str] = frozenset()) -> Any:

@@ -13,6 +13,7 @@
     │   └── InvalidPayload            payload bytes that are not one JSON document
     ├── ConversationNotFound          no conversation with that id
     ├── ConcurrencyConflict           another writer appended first (optimistic concurrency)
+    │   └── ResponseStoredElsewhere   a provider response another conversation holds
     ├── ResponseConflict              a stored response id arriving with different content
     ├── WriterAlive                   `repair` of a response whose writer still holds its lock
     ├── EventTooLarge                 an event over `limits.max_event_bytes`
@@ -26,6 +27,8 @@ shown to users without a traceback.
 """
 
 from __future__ import annotations
+
+from uuid import UUID
 
 
 class ConvstoreError(Exception):
@@ -85,6 +88,17 @@ class ConcurrencyConflict(ConvstoreError):
 
 class ResponseConflict(ConvstoreError):
     """A provider response id already stored arrived with different content."""
+
+
+class ResponseStoredElsewhere(ConcurrencyConflict):
+    """A provider response is already stored in another conversation: a response is stored
+    once in the whole store. A concurrency conflict, because the usual cause is another
+    ingest of the same capture that committed first: read again, and find it there."""
+
+    def __init__(self, message: str, *, conversation_id: UUID | None = None) -> None:
+        super().__init__(message)
+        self.conversation_id = conversation_id
+        """The conversation that holds it, where the store says so."""
 
 
 class WriterAlive(ConvstoreError):

@@ -99,6 +99,11 @@ class ResponseStarted(Event, frozen=True, kw_only=True, tag=True):
     origin: ResponseOrigin = "provider"
     writer: Writer | None = None
     """The writing process, so a response left open by a dead writer can be closed."""
+    attempt: int = 1
+    """Which copy of the response this is: a response is identified by (response id,
+    attempt). A copy cut short (ended `abandoned`) is completed by recording the whole
+    response again as the next attempt; readings use the newest attempt, at the position
+    of the first (see `domain.attempts`)."""
 
 
 class ResponseEnded(Event, frozen=True, kw_only=True, tag=True):

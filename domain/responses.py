@@ -4,20 +4,24 @@ A provider decoder yields `ResponseStarted`, one draft per closed block, then
 `ResponseEnded`. This module records them: in one transaction when they fit the buffer
 bound, otherwise in consecutive transactions at block boundaries, so memory stays flat
 and no reader sees half an event. It also makes ingestion idempotent (a response id
-already stored is compared by content digest, never overwritten) and refuses an event over
-`max_event_bytes` by ending the response `failed` (`too_large`), keeping what came before.
+already stored is judged against the copy stored by `domain.copies`: already stored, the
+next attempt of a copy cut short, or a conflict; never overwritten) and refuses an event
+over `max_event_bytes` by ending the response `failed` (`too_large`), keeping what came
+before.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from itertools import chain
 from typing import Final
 
 import msgspec
 
 from convstore.domain.conversation import Conversation
-from convstore.domain.digests import ResponseDigest, digest_for, new_digest, same_response
-from convstore.domain.errors import ConvstoreError, DecodeError, ResponseConflict
+from convstore.domain.copies import judge_copy
+from convstore.domain.digests import ResponseDigest, new_digest
+from convstore.domain.errors import ConvstoreError, DecodeError
 from convstore.domain.events import (
     Event,
     ResponseEnded,
@@ -47,6 +51,8 @@ class ResponseOutcome(msgspec.Struct, frozen=True, kw_only=True):
     events: int
     """Events recorded for it (0 when it was already stored)."""
     already_stored: bool = False
+    attempt: int = 1
+    """The attempt recorded (above 1: a copy completing one cut short), or found stored."""
 
 
 class ResponseRecorder:
@@ -59,11 +65,18 @@ class ResponseRecorder:
         *,
         flush_bytes: int = DEFAULT_FLUSH_BYTES,
         max_event_bytes: int | None = None,
+        stored_events: Callable[[int], Iterable[Event]] | None = None,
     ) -> None:
         self.conversation = conversation
         self.save = save
         self.flush_bytes = flush_bytes
         self.max_event_bytes = max_event_bytes
+        self.stored_events = stored_events or self._pending_from
+        """The conversation's events from a version on (a stored response's, to judge a
+        copy of it); by default those still pending in memory."""
+
+    def _pending_from(self, version: int) -> Iterable[Event]:
+        return [e for e in self.conversation.pending if e.originator_version >= version]
 
     def record(self, drafts: Iterable[Event], *, writer: Writer | None = None) -> ResponseOutcome:
         """Record a response's drafts (the first is its ResponseStarted) and commit them.
@@ -76,9 +89,20 @@ class ResponseRecorder:
         if not isinstance(started, ResponseStarted):
             raise DecodeError("the input holds no response: it ends before the response starts")
         response_id = started.response_id
-        stored_digest = self.conversation.state.responses.get(response_id)
-        if stored_digest is not None:
-            return _compare(started, stored_digest, drafts)
+        attempt = 1
+        stored = self.conversation.state.responses.get(response_id)
+        if stored is not None:
+            taken = judge_copy(started, drafts, stored, self.stored_events(stored.version))
+            if taken is None:
+                return ResponseOutcome(
+                    response_id=response_id,
+                    ended=stored.ended or "abandoned",
+                    events=0,
+                    already_stored=True,
+                    attempt=stored.attempt,
+                )
+            attempt = stored.attempt + 1
+            drafts = chain(taken, drafts)
         digest = new_digest()
         digest.add(started)
         count_before = self.conversation.version
@@ -86,7 +110,7 @@ class ResponseRecorder:
             self.conversation.record(
                 TurnStarted(turn_id=self.conversation.next_turn_id(), trigger="continuation")
             )
-        self.conversation.record(msgspec.structs.replace(started, writer=writer))
+        self.conversation.record(msgspec.structs.replace(started, writer=writer, attempt=attempt))
         try:
             end = self._record_blocks(drafts, digest, response_id)
         except ConvstoreError as error:  # the decoder failed mid-stream: keep what arrived
@@ -107,6 +131,7 @@ class ResponseRecorder:
             response_id=response_id,
             ended=end.state,
             events=self.conversation.version - count_before,
+            attempt=attempt,
         )
 
     def _record_blocks(
@@ -146,29 +171,3 @@ class ResponseRecorder:
                 self.save(self.conversation)
                 pending_bytes = 0
         return ResponseEnded(response_id=response_id, state="abandoned", stop_reason="stream_ended")
-
-
-def _compare(
-    started: ResponseStarted, stored_digest: str, rest: Iterator[Event]
-) -> ResponseOutcome:
-    """Compare a copy of a stored response with it, under the stored digest's version."""
-    response_id = started.response_id
-    digest = digest_for(stored_digest)
-    digest.add(started)
-    ended: EndState = "abandoned"
-    end: ResponseEnded | None = None
-    for draft in rest:
-        if isinstance(draft, ResponseEnded):
-            end = draft
-            break
-        digest.add(draft)
-    if end is None:
-        end = ResponseEnded(response_id=response_id, state="abandoned", stop_reason="stream_ended")
-    ended = end.state
-    digest.add(end)
-    if not same_response(stored_digest, digest.value()):
-        raise ResponseConflict(
-            f"response {response_id!r} is already stored with different content; "
-            "nothing was written"
-        )
-    return ResponseOutcome(response_id=response_id, ended=ended, events=0, already_stored=True)

@@ -7,7 +7,7 @@ both built by `convstore.storage`), so the domain imports nothing of ours outsid
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Protocol
 
@@ -19,6 +19,7 @@ from convstore.domain.events import (
     Event,
     HostedActivity,
     ResponseEnded,
+    ResponseStarted,
     ToolCallResponded,
     TurnEnded,
     TurnStarted,
@@ -66,6 +67,10 @@ class ConversationRepository(Protocol):
 
     def summaries(self, *, offset: int = 0, limit: int = 50) -> list[ConversationSummary]:
         """Conversations in the order they started."""
+        ...
+
+    def locate(self, started: ResponseStarted) -> ConversationId | None:
+        """The conversation holding the provider response `started` opens, store-wide."""
         ...
 
 
@@ -134,48 +139,53 @@ class ConversationService:
         """
         conversation = self.repository.load(conversation_id)
         self._close_dead_response(conversation)
-        recorder = ResponseRecorder(
-            conversation, self.repository.save, max_event_bytes=self.max_event_bytes
-        )
-        return recorder.record(drafts, writer=self.writer)
+        return self._recorder(conversation).record(drafts, writer=self.writer)
 
     def ingest_exchange(
         self,
-        conversation_id: ConversationId,
+        conversation_id: ConversationId | None,
         history: Sequence[tuple[str, Sequence[Event]]],
         drafts: Iterable[Event],
         *,
-        at_version: int,
-    ) -> ResponseOutcome:
+        at_version: int = 0,
+        title: str = "",
+    ) -> tuple[ConversationId, ResponseOutcome]:
         """Record a request's messages the conversation lacks, then its response, with
         the history and the response's first batch in one transaction.
 
         `history` is (role, drafts) per message (`assistant` messages are recorded as
         responses), computed from the conversation as of `at_version`. Raises
         ConcurrencyConflict (nothing written) when the conversation moved on since, so
-        two ingests of one exchange never record its history twice.
+        two ingests of one exchange never record its history twice. Without a
+        conversation, one is started (titled `title`) in that same first transaction, so
+        an ingest refused (`ResponseStoredElsewhere` included) leaves none behind.
         """
-        conversation = self.repository.load(conversation_id)
-        if conversation.version != at_version:
-            raise ConcurrencyConflict(
-                f"conversation {conversation_id} moved from version {at_version} to "
-                f"{conversation.version} while the request's history was read; nothing was "
-                "written: read it again"
-            )
-        self._close_dead_response(conversation)
+        if conversation_id is None:
+            conversation = Conversation.start(title)
+        else:
+            conversation = self.repository.load(conversation_id)
+            if conversation.version != at_version:
+                raise ConcurrencyConflict(
+                    f"conversation {conversation_id} moved from version {at_version} to "
+                    f"{conversation.version} while the request's history was read; nothing "
+                    "was written: read it again"
+                )
+            self._close_dead_response(conversation)
         for role, message in history:
             if role == "assistant":  # pending until the response's first commit
-                held = ResponseRecorder(conversation, _later, max_event_bytes=self.max_event_bytes)
+                held = ResponseRecorder(
+                    conversation,
+                    _later,
+                    max_event_bytes=self.max_event_bytes,
+                    stored_events=self._stored_events(conversation),
+                )
                 held.record(message, writer=self.writer)
             else:
                 _record_user_input(conversation, list(message))
-        recorder = ResponseRecorder(
-            conversation, self.repository.save, max_event_bytes=self.max_event_bytes
-        )
-        outcome = recorder.record(drafts, writer=self.writer)
-        if conversation.pending:  # the response was stored already: the history alone
+        outcome = self._recorder(conversation).record(drafts, writer=self.writer)
+        if conversation.pending:  # the history alone: the response was stored already
             self.repository.save(conversation)
-        return outcome
+        return conversation.id, outcome
 
     def repair(self, conversation_id: ConversationId, *, force: bool = False) -> list[Event]:
         """Close any open response as abandoned and answer every orphaned client tool call.
@@ -258,7 +268,34 @@ class ConversationService:
         """A page of conversations, oldest first."""
         return self.repository.summaries(offset=offset, limit=limit)
 
+    def locate(self, started: ResponseStarted) -> ConversationId | None:
+        """The conversation that holds the provider response `started` opens, if any: a
+        provider response is stored once in the whole store."""
+        return self.repository.locate(started)
+
     # --- internals --------------------------------------------------------------------------
+
+    def _recorder(self, conversation: Conversation) -> ResponseRecorder:
+        return ResponseRecorder(
+            conversation,
+            self.repository.save,
+            max_event_bytes=self.max_event_bytes,
+            stored_events=self._stored_events(conversation),
+        )
+
+    def _stored_events(self, conversation: Conversation) -> Callable[[int], Iterator[Event]]:
+        """The conversation's events from a version on: those stored, then those pending."""
+
+        def from_version(version: int) -> Iterator[Event]:
+            pending = conversation.pending
+            saved = conversation.version - len(pending)
+            if version <= saved:
+                yield from self.repository.events(conversation.id, after=version - 1)
+            for event in pending:
+                if event.originator_version >= version:
+                    yield event
+
+        return from_version
 
     @property
     def writer(self) -> Writer:
@@ -282,6 +319,8 @@ class ConversationService:
         )
 
     def _close_dead_response(self, conversation: Conversation) -> None:
+        """Close a response whose writer is gone, and commit that at once: the write that
+        finds it closes it, whatever becomes of the rest of that write."""
         open_response = conversation.state.open_response
         if open_response is None or self._writer_status(conversation) != "gone":
             return
@@ -293,6 +332,7 @@ class ConversationService:
                 finish_reason="other",
             )
         )
+        self.repository.save(conversation)
 
 
 def _alive_because(writer: Writer | None, stale_after: float) -> str:

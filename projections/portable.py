@@ -47,6 +47,7 @@ from convstore.domain import (
     UnknownArtifact,
     UserMessage,
 )
+from convstore.domain.attempts import reading
 from convstore.domain.errors import ConversationNotFound
 from convstore.domain.vocabulary import (
     EndState,
@@ -409,9 +410,10 @@ Interpret: TypeAlias = Callable[[ProviderPayload], PayloadReading | None]
 
 def fold(events: Iterable[Event], interpret: Interpret | None = None) -> PortableConversation:
     """The portable reading of one conversation's events, in version order; `interpret`
-    reads what the provider's adapter types out of payloads (notices, sources)."""
+    reads what the provider's adapter types out of payloads (notices, sources). Each
+    response is read from its newest attempt (`domain.attempts`)."""
     reader = PortableFold(interpret)
-    for event in events:
+    for event in reading(events):
         reader.add(event)
     return reader.conversation
 
@@ -433,7 +435,7 @@ class PortableFold:
         conversation = self.conversation
         if conversation.version == 0:
             conversation.id = event.originator_id
-        conversation.version = event.originator_version
+        conversation.version = max(conversation.version, event.originator_version)
         handler = _FOLDS.get(type(event))
         if handler is not None:
             handler(self, event)
@@ -690,12 +692,10 @@ def load(
     interpret: Interpret | None = None,
 ) -> PortableConversation:
     """The portable reading of one stored conversation; raises ConversationNotFound."""
-    reader = PortableFold(interpret)
-    for event in service.events(conversation_id):
-        reader.add(event)
-    if reader.conversation.version == 0:
+    reading = fold(service.events(conversation_id), interpret)
+    if reading.version == 0:
         raise ConversationNotFound(f"no conversation {conversation_id}")
-    return reader.conversation
+    return reading
 
 
 def load_all(

@@ -10,7 +10,8 @@ contract tests and callers recognise it).
     │   ├── StorageFull       the disk (or the size limit) is full
     │   └── ConnectionLost    the server ended the session or went away mid-call
     ├── IntegrityError      a position is taken (a conversation's version, a tracking position)
-    │   └── TrackingConflict  a projection's position moved under a view transaction
+    │   ├── TrackingConflict  a projection's position moved under a view transaction
+    │   └── ResponseTaken     a provider response's key is taken (it is stored elsewhere)
     ├── ConstraintFailed    any other constraint refused a row (tables this version did not make)
     ├── DataError           a value the database cannot store
     ├── ProgrammingError    a bad statement or a missing table
@@ -56,6 +57,11 @@ class IntegrityError(StorageError, es.IntegrityError):
 
 class TrackingConflict(IntegrityError):
     """Another worker advanced the projection since its position was read: re-read it."""
+
+
+class ResponseTaken(IntegrityError):
+    """A provider response's (provider, server, response id, attempt) is already in the
+    store's `responses` index: another write stored that response first."""
 
 
 class ConstraintFailed(StorageError, es.IntegrityError):
@@ -141,12 +147,18 @@ SQLITE_POSITIONS: Final = frozenset(
         "tracking.application_name, tracking.notification_id",  # a projection's position
     }
 )
+SQLITE_RESPONSES: Final = (
+    "responses.provider, responses.server, responses.response_id, responses.attempt"
+)
+"""The columns SQLite names when a provider response's key is taken (`ResponseTaken`)."""
 """The columns SQLite names in a violated unique key that is a position (`IntegrityError`)."""
 POSTGRES_POSITIONS: Final = frozenset(
     {"events_originator_id_originator_version_key", "tracking_pkey"}
 )
 """PostgreSQL's names of the unique keys that are positions. A unique violation naming no
 constraint is the append function's own (`RAISE unique_violation`: a tracking position)."""
+POSTGRES_RESPONSES: Final = "responses_pkey"
+"""PostgreSQL's name of the provider responses' key (`ResponseTaken`)."""
 
 _SQLITE_UNIQUE = frozenset({sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY})
 _UNIQUE_VIOLATION = "23505"
@@ -161,10 +173,14 @@ def _integrity(error: BaseException) -> StorageError:
     diag = getattr(error, "diag", None)  # psycopg
     if code is not None or diag is None:
         constraint = what.partition("constraint failed: ")[2] or what
+        if code in _SQLITE_UNIQUE and constraint == SQLITE_RESPONSES:
+            return ResponseTaken(f"IntegrityError: {what}")
         if code in _SQLITE_UNIQUE and constraint in SQLITE_POSITIONS:
             return IntegrityError(f"IntegrityError: {what}")
     else:
         name = diag.constraint_name
+        if getattr(error, "sqlstate", None) == _UNIQUE_VIOLATION and name == POSTGRES_RESPONSES:
+            return ResponseTaken(f"IntegrityError: {what}")
         if getattr(error, "sqlstate", None) == _UNIQUE_VIOLATION and (
             name is None or name in POSTGRES_POSITIONS
         ):

@@ -21,7 +21,8 @@ A store created before migrations existed has the tables of `0001_initial` and n
 `migrations` table: it holds `0001_initial`, and the first writer records it.
 
 PostgreSQL statements are formatted with `{s}` (the schema), `{channel}` (the channel
-appends notify) and `{append}` (the append function's name).
+appends notify), `{append}` (the first append function's name) and `{append_v2}` (the
+one `0002_responses` made, which also indexes provider responses).
 """
 
 from __future__ import annotations
@@ -108,8 +109,95 @@ _INITIAL_POSTGRES: Final = (
     "$$",
 )
 
+_RESPONSE_STARTED: Final = "'convstore.domain.events:ResponseStarted'"
+
+_RESPONSES_SQLITE: Final = (
+    "CREATE TABLE IF NOT EXISTS responses ("
+    " provider TEXT NOT NULL, server TEXT NOT NULL, response_id TEXT NOT NULL,"
+    " attempt INTEGER NOT NULL, originator_id BLOB NOT NULL, originator_version INTEGER NOT NULL,"
+    " PRIMARY KEY (provider, server, response_id, attempt)) WITHOUT ROWID",
+    # Every provider response stored so far is attempt 1 (attempts came with this
+    # migration); the first copy in the log is indexed, later copies are left as they are
+    # (`audit` lists them as duplicates). An event that is not JSON is passed over.
+    "INSERT OR IGNORE INTO responses"
+    " SELECT json_extract(x.j, '$.provider'), '', json_extract(x.j, '$.response_id'), 1,"
+    " x.originator_id, x.originator_version"
+    " FROM (SELECT e.id, e.originator_id, e.originator_version, CAST(e.state AS TEXT) AS j"
+    f"  FROM events e JOIN topics t ON t.id = e.topic WHERE t.topic = {_RESPONSE_STARTED}) x"
+    " WHERE CASE WHEN json_valid(x.j) THEN"
+    "  json_type(x.j, '$.provider') = 'text' AND json_type(x.j, '$.response_id') = 'text'"
+    "  AND coalesce(json_extract(x.j, '$.origin'), 'provider') = 'provider' ELSE 0 END"
+    " ORDER BY x.id",
+)
+
+_RESPONSES_POSTGRES: Final = (
+    "CREATE TABLE IF NOT EXISTS {s}.responses ("
+    " provider text NOT NULL, server text NOT NULL, response_id text NOT NULL,"
+    " attempt integer NOT NULL, originator_id uuid NOT NULL, originator_version bigint NOT NULL,"
+    " CONSTRAINT responses_pkey PRIMARY KEY (provider, server, response_id, attempt))",
+    "CREATE FUNCTION pg_temp.convstore_json(b bytea) RETURNS jsonb LANGUAGE plpgsql AS $$\n"
+    "BEGIN\n"
+    "  RETURN convert_from(b, 'UTF8')::jsonb;\n"
+    "EXCEPTION WHEN others THEN\n"
+    "  RETURN NULL;\n"
+    "END\n"
+    "$$",
+    "INSERT INTO {s}.responses"
+    " SELECT DISTINCT ON (x.j->>'provider', x.j->>'response_id')"
+    " x.j->>'provider', '', x.j->>'response_id', 1, x.originator_id, x.originator_version"
+    " FROM (SELECT e.id, e.originator_id, e.originator_version, pg_temp.convstore_json(e.state) j"
+    "  FROM {s}.events e JOIN {s}.topics t ON t.id = e.topic"
+    f"  WHERE t.topic = {_RESPONSE_STARTED}) x"
+    " WHERE jsonb_typeof(x.j->'provider') = 'string' AND jsonb_typeof(x.j->'response_id') = 'string'"
+    " AND coalesce(x.j->>'origin', 'provider') = 'provider'"
+    " ORDER BY x.j->>'provider', x.j->>'response_id', x.id",
+    "DROP FUNCTION pg_temp.convstore_json(bytea)",
+    # The append function gains the responses' rows: a new name (see `storage.postgres`).
+    "DROP FUNCTION IF EXISTS {s}.{append}("
+    " uuid[], bigint[], integer[], bytea[], uuid, bigint, bytea, text, bigint)",
+    "CREATE OR REPLACE FUNCTION {s}.{append_v2}("
+    " p_ids uuid[], p_versions bigint[], p_topics integer[], p_states bytea[],"
+    " p_snapshot_id uuid, p_snapshot_version bigint, p_snapshot_state bytea,"
+    " p_tracking_name text, p_tracking_id bigint,"
+    " p_r_providers text[], p_r_servers text[], p_r_ids text[], p_r_attempts integer[],"
+    " p_r_originators uuid[], p_r_versions bigint[])"
+    " RETURNS SETOF bigint LANGUAGE plpgsql AS $$\n"
+    "BEGIN\n"
+    "  LOCK TABLE {s}.events IN EXCLUSIVE MODE;\n"
+    "  PERFORM pg_notify({channel}, '');\n"
+    "  IF cardinality(p_r_ids) > 0 THEN\n"
+    "    INSERT INTO {s}.responses\n"
+    "      SELECT * FROM unnest(p_r_providers, p_r_servers, p_r_ids, p_r_attempts,"
+    " p_r_originators, p_r_versions);\n"
+    "  END IF;\n"
+    "  RETURN QUERY INSERT INTO {s}.events (originator_id, originator_version, topic, state)\n"
+    "    SELECT * FROM unnest(p_ids, p_versions, p_topics, p_states) RETURNING id;\n"
+    "  IF p_snapshot_id IS NOT NULL THEN\n"
+    "    INSERT INTO {s}.snapshots VALUES (p_snapshot_id, p_snapshot_version, p_snapshot_state)\n"
+    "    ON CONFLICT (originator_id) DO UPDATE\n"
+    "    SET version = EXCLUDED.version, state = EXCLUDED.state;\n"
+    "  END IF;\n"
+    "  IF p_tracking_name IS NOT NULL THEN\n"
+    "    INSERT INTO {s}.tracking VALUES (p_tracking_name, p_tracking_id)\n"
+    "    ON CONFLICT (application_name) DO UPDATE SET notification_id = EXCLUDED.notification_id\n"
+    "    WHERE tracking.notification_id < EXCLUDED.notification_id;\n"
+    "    IF NOT FOUND THEN\n"
+    "      RAISE unique_violation USING MESSAGE = format('%s already processed a'\n"
+    "        ' notification at or after %s', p_tracking_name, p_tracking_id);\n"
+    "    END IF;\n"
+    "  END IF;\n"
+    "END\n"
+    "$$",
+)
+
 MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration("0001_initial", sqlite=_INITIAL_SQLITE, postgres=_INITIAL_POSTGRES),
+    Migration(
+        "0002_responses",
+        sqlite=_RESPONSES_SQLITE,
+        postgres=_RESPONSES_POSTGRES,
+        readable_without=True,
+    ),
 )
 """Every migration, oldest first. Append only."""
 

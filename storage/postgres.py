@@ -58,14 +58,17 @@ from convstore.storage.recorder import (
     AppliedMigration,
     ConversationRecorder,
     FirstEvent,
+    ResponseRow,
     SnapshotRecord,
 )
 
 LOCK_TIMEOUT_MS = 5000
 """How long a writer waits for another's lock before a typed OperationalError."""
 
-_APPEND = "append_events_v1"
+_APPEND = "append_events_v2"
 """The append function; a changed body gets a new name, so old and new never mix."""
+_APPEND_V1 = "append_events_v1"
+"""The one `0001_initial` made (`0002_responses` replaced it)."""
 
 _ROW = tuple[Any, ...]
 Connection = psycopg.Connection[_ROW]
@@ -110,6 +113,8 @@ class PostgresRecorder(ConversationRecorder):
         self._subscriptions: weakref.WeakSet[PostgresSubscription] = weakref.WeakSet()
         self._topic_ids: dict[str, int] = {}
         self._topics: dict[int, str] = {}
+        self._responses_indexed: bool | None = None
+        """Whether the store has the `responses` table (a reader's may lack it)."""
         s = sql.Identifier(schema)
         self._sql = {
             name: sql.SQL(text).format(s=s)
@@ -117,7 +122,8 @@ class PostgresRecorder(ConversationRecorder):
         }
         self._sql["append"] = sql.SQL(
             "SELECT * FROM {s}.{append}(%b::uuid[], %b::bigint[], %b::integer[], %b::bytea[],"
-            " %b::uuid, %b::bigint, %b::bytea, %b::text, %b::bigint)"
+            " %b::uuid, %b::bigint, %b::bytea, %b::text, %b::bigint,"
+            " %b::text[], %b::text[], %b::text[], %b::integer[], %b::uuid[], %b::bigint[])"
         ).format(s=s, append=sql.Identifier(_APPEND))
         if read_only:
             with self._using() as connection:
@@ -218,7 +224,10 @@ class PostgresRecorder(ConversationRecorder):
                     for statement in lacking[0].postgres:
                         connection.execute(
                             sql.SQL(statement).format(
-                                s=s, channel=channel, append=sql.Identifier(_APPEND)
+                                s=s,
+                                channel=channel,
+                                append=sql.Identifier(_APPEND_V1),
+                                append_v2=sql.Identifier(_APPEND),
                             )
                         )
                     connection.execute(
@@ -303,10 +312,13 @@ class PostgresRecorder(ConversationRecorder):
     # --- writing ----------------------------------------------------------------------------
 
     def append(
-        self, stored_events: Sequence[StoredEvent], snapshot: SnapshotRecord | None = None
+        self,
+        stored_events: Sequence[StoredEvent],
+        snapshot: SnapshotRecord | None = None,
+        responses: Sequence[ResponseRow] = (),
     ) -> list[int]:
-        """Insert events (and replace a snapshot) in one transaction."""
-        return self._append(stored_events, snapshot, None)
+        """Insert events (and replace a snapshot, and index responses) in one transaction."""
+        return self._append(stored_events, snapshot, None, responses)
 
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> list[int]:
         """eventsourcing's insert: events, and a `tracking` record if given, atomically."""
@@ -317,6 +329,7 @@ class PostgresRecorder(ConversationRecorder):
         stored_events: Sequence[StoredEvent],
         snapshot: SnapshotRecord | None,
         tracking: Tracking | None,
+        responses: Sequence[ResponseRow] = (),
     ) -> list[int]:
         if not stored_events:
             if tracking is not None:
@@ -336,6 +349,12 @@ class PostgresRecorder(ConversationRecorder):
                     None if snapshot is None else snapshot.state,
                     None if tracking is None else tracking.application_name,
                     None if tracking is None else tracking.notification_id,
+                    [r.provider for r in responses],
+                    [r.server for r in responses],
+                    [r.response_id for r in responses],
+                    [r.attempt for r in responses],
+                    [r.originator_id for r in responses],
+                    [r.originator_version for r in responses],
                 ),
             ).fetchall()
         return sorted(row[0] for row in rows)
@@ -360,6 +379,16 @@ class PostgresRecorder(ConversationRecorder):
     def select_states(self, originator_id: UUID, *, gt: int = 0) -> list[tuple[int, bytes]]:
         """(version, bytes) of one conversation's events after `gt`."""
         return self._fetch(self._sql["states"], (originator_id, gt))
+
+    def select_responses(self, provider: str, server: str, response_id: str) -> list[ResponseRow]:
+        """Where the store holds a provider response, each attempt once."""
+        if self._responses_indexed is None:
+            with self._using() as connection:
+                self._responses_indexed = self._has_table(connection, "responses")
+        if not self._responses_indexed:
+            return []
+        rows = self._fetch(self._sql["responses"], (provider, server, response_id))
+        return [ResponseRow(provider, server, response_id, *row) for row in rows]
 
     def select_snapshot(self, originator_id: UUID) -> SnapshotRecord | None:
         """The conversation's snapshot, if one was taken."""
@@ -539,6 +568,8 @@ _STATEMENTS = {
     " (SELECT max(e.originator_version) FROM {s}.events e WHERE e.originator_id = f.originator_id)"
     " FROM {s}.events f WHERE f.originator_version = 1 ORDER BY f.id LIMIT %s OFFSET %s",
     "max_id": "SELECT max(id) FROM {s}.events",
+    "responses": "SELECT attempt, originator_id, originator_version FROM {s}.responses"
+    " WHERE provider = %s AND server = %s AND response_id = %s ORDER BY attempt",
     "log": "SELECT id, state FROM {s}.events WHERE id > %s AND id <= %s ORDER BY id LIMIT %s",
     "track": "INSERT INTO {s}.tracking VALUES (%s, %s) ON CONFLICT (application_name)"
     " DO UPDATE SET notification_id = EXCLUDED.notification_id"

@@ -36,6 +36,20 @@ class FirstEvent(msgspec.Struct, frozen=True):
     """How many events the conversation holds."""
 
 
+class ResponseRow(msgspec.Struct, frozen=True):
+    """One provider response's place in the store: the `responses` table's row. The key
+    (provider, server, response id, attempt) is unique store-wide."""
+
+    provider: str
+    server: str
+    response_id: str
+    attempt: int
+    originator_id: UUID
+    """The conversation holding it."""
+    originator_version: int
+    """Its ResponseStarted's version there."""
+
+
 class AppliedMigration(msgspec.Struct, frozen=True):
     """One migration a store records (`storage.migrations`)."""
 
@@ -63,12 +77,22 @@ class ConversationRecorder(ApplicationRecorder, TrackingRecorder, ABC):
 
     @abstractmethod
     def append(
-        self, stored_events: Sequence[StoredEvent], snapshot: SnapshotRecord | None = None
+        self,
+        stored_events: Sequence[StoredEvent],
+        snapshot: SnapshotRecord | None = None,
+        responses: Sequence[ResponseRow] = (),
     ) -> list[int]:
-        """Insert events (and replace a snapshot) in one transaction; return notification ids.
+        """Insert events (and replace a snapshot, and index `responses`) in one
+        transaction; return notification ids.
 
-        Raises IntegrityError when a (conversation, version) is already taken.
+        Raises IntegrityError when a (conversation, version) is already taken, and its
+        subclass ResponseTaken when a response's key is (nothing written either way).
         """
+
+    @abstractmethod
+    def select_responses(self, provider: str, server: str, response_id: str) -> list[ResponseRow]:
+        """Where the store holds a provider response, each attempt once, in attempt order
+        (none in a store not migrated to `0002_responses` yet)."""
 
     @abstractmethod
     def select_states(self, originator_id: UUID, *, gt: int = 0) -> list[tuple[int, bytes]]:

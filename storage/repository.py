@@ -37,14 +37,18 @@ from convstore.domain.conversation import (
     ConversationState,
     copy_state,
 )
-from convstore.domain.errors import ConcurrencyConflict, ConversationNotFound
+from convstore.domain.errors import (
+    ConcurrencyConflict,
+    ConversationNotFound,
+    ResponseStoredElsewhere,
+)
 from convstore.domain.errors import IntegrityError as UnreadableEvent
-from convstore.domain.events import EPOCH, Event, Started
+from convstore.domain.events import EPOCH, Event, ResponseStarted, Started
 from convstore.domain.service import ConversationSummary
 from convstore.domain.vocabulary import ConversationId
-from convstore.storage.errors import IntegrityError
+from convstore.storage.errors import IntegrityError, ResponseTaken
 from convstore.storage.mapper import EventMapper
-from convstore.storage.recorder import ConversationRecorder, SnapshotRecord
+from convstore.storage.recorder import ConversationRecorder, ResponseRow, SnapshotRecord
 
 DEFAULT_SNAPSHOT_EVERY = 500
 DEFAULT_CACHE_SIZE = 1000
@@ -54,8 +58,11 @@ DEFAULT_CACHE_ENTRIES = 250_000
 (about 200 bytes each: a 10,000-event conversation holds some 2,000)."""
 
 
-class _Snapshot(msgspec.Struct, array_like=True, tag=2):
-    """A snapshot's layout: the state without its activities, then the activities."""
+class _Snapshot(msgspec.Struct, array_like=True, tag=3):
+    """A snapshot's layout: the state without its activities, then the activities.
+
+    Tag 3 since the state keeps each response's attempt: a tag-2 snapshot (responses as
+    bare digests) is passed over, and its conversation replayed from its events."""
 
     state: ConversationState
     """Every field but `activities`, which is empty here."""
@@ -180,6 +187,7 @@ class EventRepository:
         if not events:
             return []
         stored = list(map(self.mapper.to_stored_event, events))
+        responses = [_row(e) for e in events if type(e) is ResponseStarted and _indexed(e)]
         snapshot = None
         every = self.snapshot_every
         if every and conversation.version // every > (conversation.version - len(stored)) // every:
@@ -187,7 +195,9 @@ class EventRepository:
                 conversation.id, conversation.version, encode_snapshot(conversation.state)
             )
         try:
-            ids = self.recorder.append(stored, snapshot)
+            ids = self.recorder.append(stored, snapshot, responses)
+        except ResponseTaken:
+            raise self._stored_elsewhere(conversation.id, responses) from None
         except IntegrityError:
             raise ConcurrencyConflict(
                 f"conversation {conversation.id} changed while this write was prepared "
@@ -197,6 +207,38 @@ class EventRepository:
         if self.cache_size:
             self._remember(conversation)
         return ids
+
+    def locate(self, started: ResponseStarted) -> ConversationId | None:
+        """The conversation holding the provider response `started` opens, if any."""
+        rows = self.recorder.select_responses(*_key(started))
+        return ConversationId(rows[0].originator_id) if rows else None
+
+    def placed(self, started: ResponseStarted) -> tuple[ConversationId, int] | None:
+        """Where the store's index places this attempt of a provider response: its
+        (conversation, version); None when it is not indexed (or not a provider's)."""
+        if not _indexed(started):
+            return None
+        for row in self.recorder.select_responses(*_key(started)):
+            if row.attempt == started.attempt:
+                return ConversationId(row.originator_id), row.originator_version
+        return None
+
+    def _stored_elsewhere(
+        self, conversation_id: ConversationId, responses: Sequence[ResponseRow]
+    ) -> ResponseStoredElsewhere:
+        for row in responses:
+            for held in self.recorder.select_responses(row.provider, row.server, row.response_id):
+                if held.attempt == row.attempt and held.originator_id != conversation_id:
+                    return ResponseStoredElsewhere(
+                        f"response {row.response_id!r} is already stored in conversation "
+                        f"{held.originator_id}; nothing was written (ingest it there, or "
+                        "start another conversation from it with `convstore fork`)",
+                        conversation_id=held.originator_id,
+                    )
+        return ResponseStoredElsewhere(
+            f"conversation {conversation_id}: a response of this write was stored by another "
+            "write meanwhile; nothing was written: read again"
+        )
 
     def _cached(self, conversation_id: ConversationId) -> tuple[int, ConversationState] | None:
         with self._cache_guard:
@@ -262,6 +304,26 @@ class EventRepository:
                 )
             )
         return summaries
+
+
+def _indexed(started: ResponseStarted) -> bool:
+    """Whether a response goes in the store-wide index: a provider's (history read from a
+    request is each conversation's own)."""
+    return started.origin == "provider"
+
+
+def _key(started: ResponseStarted) -> tuple[str, str, str]:
+    """(provider, server, response id): the server is not recorded yet, so ''."""
+    return started.provider, "", started.response_id
+
+
+def _row(started: ResponseStarted) -> ResponseRow:
+    return ResponseRow(
+        *_key(started),
+        attempt=started.attempt,
+        originator_id=started.originator_id,
+        originator_version=started.originator_version,
+    )
 
 
 UNREADABLE_TITLE: Final = "(its first event cannot be read: run `convstore verify`)"

@@ -38,6 +38,7 @@ from convstore.storage.recorder import (
     AppliedMigration,
     ConversationRecorder,
     FirstEvent,
+    ResponseRow,
     SnapshotRecord,
 )
 
@@ -271,10 +272,13 @@ class SQLiteRecorder(ConversationRecorder):
     # --- writing ----------------------------------------------------------------------------
 
     def append(
-        self, stored_events: Sequence[StoredEvent], snapshot: SnapshotRecord | None = None
+        self,
+        stored_events: Sequence[StoredEvent],
+        snapshot: SnapshotRecord | None = None,
+        responses: Sequence[ResponseRow] = (),
     ) -> list[int]:
-        """Insert events (and replace a snapshot) in one transaction."""
-        return self._write(stored_events, snapshot, None)
+        """Insert events (and replace a snapshot, and index responses) in one transaction."""
+        return self._write(stored_events, snapshot, None, responses)
 
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> list[int]:
         """eventsourcing's insert: events, and a `tracking` record if given, atomically."""
@@ -285,6 +289,7 @@ class SQLiteRecorder(ConversationRecorder):
         stored_events: Sequence[StoredEvent],
         snapshot: SnapshotRecord | None,
         tracking: Tracking | None,
+        responses: Sequence[ResponseRow] = (),
     ) -> list[int]:
         # Every append's path: one try for the driver's errors and the transaction, with
         # no context managers (the work of `translating` and `_Transaction`, inline).
@@ -293,6 +298,21 @@ class SQLiteRecorder(ConversationRecorder):
             topics = self._topic_ids_for(stored_events)
             _begin(connection, self.busy_timeout_ms)
             try:
+                if responses:
+                    connection.executemany(
+                        "INSERT INTO responses VALUES (?, ?, ?, ?, ?, ?)",
+                        [
+                            (
+                                r.provider,
+                                r.server,
+                                r.response_id,
+                                r.attempt,
+                                _key(r.originator_id),
+                                r.originator_version,
+                            )
+                            for r in responses
+                        ],
+                    )
                 ids = self._insert(connection, stored_events, topics)
                 if snapshot is not None:
                     connection.execute(
@@ -347,6 +367,25 @@ class SQLiteRecorder(ConversationRecorder):
                 )
                 .fetchall()
             )
+
+    def select_responses(self, provider: str, server: str, response_id: str) -> list[ResponseRow]:
+        """Where the store holds a provider response, each attempt once."""
+        if not self.has_table("responses"):
+            return []
+        with translating():
+            rows = (
+                self._connection()
+                .execute(
+                    "SELECT attempt, originator_id, originator_version FROM responses"
+                    " WHERE provider = ? AND server = ? AND response_id = ? ORDER BY attempt",
+                    (provider, server, response_id),
+                )
+                .fetchall()
+            )
+        return [
+            ResponseRow(provider, server, response_id, attempt, UUID(bytes=key), version)
+            for attempt, key, version in rows
+        ]
 
     def select_snapshot(self, originator_id: UUID) -> SnapshotRecord | None:
         """The conversation's snapshot, if one was taken."""

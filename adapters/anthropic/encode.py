@@ -86,6 +86,7 @@ from convstore.adapters.anthropic.messages import (
 from convstore.adapters.anthropic.settings import ResolvedSettings
 from convstore.adapters.wire.encoding import ENCODER
 from convstore.adapters.wire.providers import Loss
+from convstore.domain.attempts import reading
 from convstore.domain.events import Event
 
 __all__ = ["EncodedRequest", "encode_request", "encode_request_bytes"]
@@ -126,6 +127,7 @@ def encode_request(
     a final user message. Raises ConfigurationError when no model is known or a hosted
     tool cannot be served.
     """
+    events = reading(events)  # each response from its newest attempt
     scan = MessageScan(events)
     losses: list[Loss] = []
     settings = ResolvedSettings.resolve(scan, config, model, losses)

@@ -92,6 +92,7 @@ from convstore.adapters.google.contents import (
 from convstore.adapters.google.settings import ResolvedSettings
 from convstore.adapters.wire.encoding import ENCODER
 from convstore.adapters.wire.providers import Loss
+from convstore.domain.attempts import reading
 from convstore.domain.events import Event
 
 __all__ = ["EncodedRequest", "encode_request"]
@@ -139,6 +140,7 @@ def encode_request(
     `user` appends a final user content. Raises ConfigurationError when no model is known,
     or a hosted tool or the thinking settings cannot be served.
     """
+    events = reading(events)  # each response from its newest attempt
     scan = ContentScan(events)
     losses: list[Loss] = []
     settings = ResolvedSettings.resolve(scan, config, model, losses)

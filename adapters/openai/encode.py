@@ -106,6 +106,7 @@ from convstore.adapters.openai.inputs import (
 from convstore.adapters.openai.settings import ResolvedSettings
 from convstore.adapters.wire.encoding import ENCODER
 from convstore.adapters.wire.providers import Loss
+from convstore.domain.attempts import reading
 from convstore.domain.events import Event
 
 __all__ = ["EncodedRequest", "encode_request", "encode_request_bytes"]
@@ -144,6 +145,7 @@ def encode_request(
     a final user message. Raises ConfigurationError when no model is known or a hosted
     tool cannot be served.
     """
+    events = reading(events)  # each response from its newest attempt
     scan = ResponseScan(events)
     losses: list[Loss] = []
     settings = ResolvedSettings.resolve(scan, config, model, losses)

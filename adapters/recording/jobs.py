@@ -23,7 +23,12 @@ from convstore.adapters.config.loading import load_config
 from convstore.adapters.http.codings import inflate
 from convstore.adapters.http.errors import ProviderHTTPError
 from convstore.adapters.wire.providers import PROVIDERS, EncodedRequest, ProviderAdapter, adapter
-from convstore.domain.errors import ConcurrencyConflict, DecodeError, ResponseConflict
+from convstore.domain.errors import (
+    ConcurrencyConflict,
+    DecodeError,
+    ResponseConflict,
+    ResponseStoredElsewhere,
+)
 from convstore.domain.events import Event, ResponseStarted, UserMessage
 from convstore.domain.responses import ResponseOutcome
 from convstore.domain.service import ConversationService
@@ -186,7 +191,7 @@ def ingest(
         except DecodeError as error:
             report.error, report.exit_code = f"{path}: {error}", 2
             return report
-        except ResponseConflict as error:
+        except (ResponseConflict, ResponseStoredElsewhere) as error:
             report.error, report.exit_code = f"{path}: {error}", 4
             return report
         report.responses.append(outcome)
@@ -209,27 +214,45 @@ def _ingest_one(
     title: str | None,
 ) -> ResponseOutcome:
     """Record one capture (and the messages of its request the conversation lacks) in
-    `report`'s conversation, starting one if needed. The history and the response's first
-    batch are one transaction at the version the history was read from; when another
-    writer moved the conversation on meanwhile, it is read again (the response is then
-    usually stored already); a capture from a pipe gets the conflict instead."""
+    `report`'s conversation. A provider response is stored once in the whole store:
+    without a conversation, one the store holds is ingested into its own (already stored,
+    or the next attempt of a copy cut short); one held by another conversation than the one
+    asked for is refused (ResponseStoredElsewhere). A new conversation is started in the
+    response's first transaction. The history and the response's first batch are one
+    transaction at the version the history was read from; when another writer moved the
+    conversation on meanwhile, or stored the response first, it is read again (the
+    response is then usually stored already); a capture from a pipe gets the conflict
+    instead."""
     retries = 0
     while True:
         first, drafts = _first_checked(provider.decode(read_capture(path), request, None))
-        if report.conversation_id is None:
-            report.conversation_id = service.start(title or path.parent.name or path.stem)
-        events = list(service.events(report.conversation_id))
+        started = first if isinstance(first, ResponseStarted) else None
+        home = None if started is None else service.locate(started)
+        if started is not None and home is not None and report.conversation_id is None:
+            report.conversation_id = home
+        elif started is not None and home is not None and home != report.conversation_id:
+            raise ResponseStoredElsewhere(
+                f"response {started.response_id!r} is already stored in conversation {home}, "
+                f"not in {report.conversation_id}; nothing was written (ingest it without "
+                "--conversation, or fork that conversation)",
+                conversation_id=home,
+            )
+        events = [] if report.conversation_id is None else list(
+            service.events(report.conversation_id)
+        )
         version = events[-1].originator_version if events else 0
         stored = {e.response_id for e in events if isinstance(e, ResponseStarted)}
         history: list[tuple[str, Sequence[Event]]] = []
-        if request is not None and not (
-            isinstance(first, ResponseStarted) and first.response_id in stored
-        ):
+        if request is not None and not (started is not None and started.response_id in stored):
             messages = provider.need_history()(events, request)
             history = [(message.role, message.drafts) for message in messages]
         try:
-            outcome = service.ingest_exchange(
-                report.conversation_id, history, drafts, at_version=version
+            report.conversation_id, outcome = service.ingest_exchange(
+                report.conversation_id,
+                history,
+                drafts,
+                at_version=version,
+                title=title or path.parent.name or path.stem,
             )
         except ConcurrencyConflict:
             retries += 1

@@ -264,11 +264,17 @@ _HANDLERS: Final[dict[type[Event], Callable[[_Transcript, Any], Iterator[str]]]]
 }
 
 
-def outcome_line(outcome: ResponseOutcome) -> str:
-    """One line per ingested response."""
+def outcome_line(outcome: ResponseOutcome, conversation: object = None) -> str:
+    """One line per ingested response (`conversation`: the one it is stored in)."""
     if outcome.already_stored:
-        return f"response {outcome.response_id}: already stored, nothing written"
-    return f"response {outcome.response_id}: {outcome.ended}, {outcome.events} events"
+        where = f" in conversation {conversation}" if conversation is not None else ""
+        return f"response {outcome.response_id}: already stored{where}, nothing written"
+    attempt = (
+        f" (attempt {outcome.attempt}: the whole copy of one stored cut short)"
+        if outcome.attempt > 1
+        else ""
+    )
+    return f"response {outcome.response_id}: {outcome.ended}, {outcome.events} events{attempt}"
 
 
 def loss_line(loss: Any) -> str:
