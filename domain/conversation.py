@@ -59,6 +59,9 @@ class OpenResponse(msgspec.Struct, frozen=True, kw_only=True):
     started_at: float
     """POSIX time of its ResponseStarted."""
     writer: Writer | None = None
+    attempt: int = 1
+    """Above 1, it records again a response cut short: its calls and activities may carry
+    the ids that copy recorded (`domain.copies` checked that it extends that copy)."""
 
 
 class StoredResponse(msgspec.Struct, frozen=True, kw_only=True, array_like=True, gc=False):
@@ -383,6 +386,7 @@ def _response_started(state: ConversationState, event: ResponseStarted) -> None:
         provider=event.provider,
         started_at=event.timestamp.timestamp(),
         writer=event.writer,
+        attempt=event.attempt,
     )
     state.responses[event.response_id] = StoredResponse(
         attempt=event.attempt, version=event.originator_version
@@ -418,7 +422,10 @@ def _reasoning(state: ConversationState, event: Reasoning) -> None:
 
 def _tool_call_requested(state: ConversationState, event: ToolCallRequested) -> None:
     _inside_response(state, event.response_id, "ToolCallRequested")
-    if event.call_id in state.calls:
+    answered = state.calls.get(event.call_id)
+    if answered is not None:
+        if _again(state):
+            return  # requested again by the copy completing the one cut short
         raise errors.DuplicateId(f"tool call {event.call_id!r} was already requested")
     state.calls[event.call_id] = False
 
@@ -441,6 +448,8 @@ def _hosted_activity(state: ConversationState, event: HostedActivity) -> None:
             f"activity {event.activity_id!r}: only an abandonment is recorded outside a response"
         )
     known = state.activities.get(event.activity_id)
+    if known is not None and event.state == "started" and _again(state):
+        known = None  # started again by the copy completing the one cut short
     if known is None:
         if event.state == "abandoned" and event.response_id is None:
             raise errors.InvalidTransition(f"activity {event.activity_id!r} was never started")
@@ -464,6 +473,11 @@ def _hosted_activity(state: ConversationState, event: HostedActivity) -> None:
     state.activities[event.activity_id] = ActivityState(
         name=known.name, state=event.state, provider=known.provider
     )
+
+
+def _again(state: ConversationState) -> bool:
+    """Whether the open response is a later attempt (see `OpenResponse.attempt`)."""
+    return state.open_response is not None and state.open_response.attempt > 1
 
 
 def _unknown_artifact(state: ConversationState, event: UnknownArtifact) -> None:

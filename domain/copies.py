@@ -2,21 +2,24 @@
 
 A capture ingested again, or a stream sent again after a kill, brings a response whose id
 the conversation holds. Each copy is *whole* (it ended `completed` or `failed`) or *cut
-short* (it ended `abandoned`: a stream cut off, a writer gone, a `repair`). The judgement:
+short* (it ended `abandoned`: a stream cut off, a writer gone, a `repair`). Both must open
+the same way (`digests.same_start`: model, origin, the request where both have one), or
+the copy is another response under the same id. Then:
 
-| stored \\ arriving | cut short                            | whole                        |
-|-------------------|--------------------------------------|------------------------------|
-| whole             | already stored if a prefix of it     | already stored if the digest |
-|                   |                                      | is equal                     |
-| cut short         | already stored if a prefix of it;    | the next attempt, if it      |
-|                   | the next attempt if it holds more    | extends the stored copy      |
+| stored \\ arriving | cut short                                  | whole                   |
+|-------------------|--------------------------------------------|-------------------------|
+| whole             | already stored                             | already stored if the   |
+|                   |                                            | digests are equal       |
+| cut short         | the next attempt if it holds more blocks   | the next attempt        |
+|                   | (or as many, larger); else already stored  |                         |
 
-Anything else is another response under the same id: `ResponseConflict`, nothing written.
-Blocks are compared one by one as version 2 digests them (`digests.block_key`); a stream
-cut inside a block records that block as far as it arrived, so the last block of the
-shorter copy may differ from its counterpart. Only while the stored copy is cut short is
-the arriving copy held in memory, and only until it is known to hold more (at most the
-stored copy's length); the recorder then records it from the start as the next attempt.
+A whole copy with another digest is `ResponseConflict`, nothing written. Blocks are not
+compared one by one where a copy is cut short: a stream cut inside a block records that
+block as far as it arrived, and what a decoder flushes at a cut (the response's own
+fields as the stream had them, say) differs from what the whole response ends with. The
+attempt cut short stays in the log, and the audit lists it. Only while the stored copy is
+cut short is the arriving copy held in memory, and only until it holds more blocks than
+that copy; the recorder then records it from the start as the next attempt.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from collections.abc import Iterable, Iterator
 from typing import NoReturn
 
 from convstore.domain.conversation import StoredResponse
-from convstore.domain.digests import block_key, digest_for, same_response, same_start
+from convstore.domain.digests import digest_for, same_response, same_start
 from convstore.domain.errors import ResponseConflict
 from convstore.domain.events import Event, ResponseEnded, ResponseStarted
 
@@ -45,61 +48,45 @@ def judge_copy(
     from `rest` so far when it is to be recorded as the next attempt (`rest` then holds
     the remainder). Raises ResponseConflict (nothing written) for another response.
     """
-    response_id = started.response_id
     stored_iter = iter(stored_events)
     first = next(stored_iter, None)
     if not isinstance(first, ResponseStarted) or not same_start(first, started):
         _conflict(started, "its start (model, origin or request) differs")
-    blocks = _blocks(stored_iter, response_id)
-    digest = None if stored.cut else digest_for(stored.digest)
-    if digest is not None:
-        digest.add(started)
+    if not stored.cut:
+        return _against_whole(started, rest, stored)
+    blocks = list(_blocks(stored_iter, started.response_id))
     held: list[Event] = []
-    count = 0
-    differs_at: int | None = None
-    end: ResponseEnded | None = None
-    last_sizes = (0, 0)
+    for draft in rest:
+        held.append(draft)
+        if isinstance(draft, ResponseEnded):
+            if draft.state != "abandoned":
+                return held  # whole: it completes the copy cut short
+            break
+        if len(held) > len(blocks):
+            return held  # more blocks than the copy stored: recorded, however it ends
+    arrived = [d for d in held if not isinstance(d, ResponseEnded)]
+    if len(arrived) == len(blocks) and sum(map(_size, arrived)) > sum(map(_size, blocks)):
+        return held  # as many blocks, and its last ones arrived further
+    return None
+
+
+def _against_whole(
+    started: ResponseStarted, rest: Iterator[Event], stored: StoredResponse
+) -> list[Event] | None:
+    """A copy of a whole response: already stored when cut short, or when whole with the
+    stored digest (under its version); else a conflict."""
+    digest = digest_for(stored.digest)
+    digest.add(started)
     for draft in rest:
         if isinstance(draft, ResponseEnded):
-            end = draft
-            break
-        if digest is not None:
+            if draft.state == "abandoned":
+                return None  # a part of the whole copy stored
             digest.add(draft)
-        else:
-            held.append(draft)
-        counterpart = next(blocks, None)
-        if counterpart is None:  # the copy holds more blocks than the stored attempt
-            if stored.cut and differs_at in (None, count - 1):
-                return held
-            _conflict(started, f"it has more blocks than the whole copy stored ({count})")
-        if differs_at is not None:  # a difference before the last block of either copy
-            _conflict(started, f"block {differs_at + 1} differs")
-        mine, theirs = block_key(draft), block_key(counterpart)
-        if mine != theirs:
-            differs_at = count
-            last_sizes = (_size(draft), _size(counterpart))
-        count += 1
-    cut = end is None or end.state == "abandoned"
-    stored_has_more = next(blocks, None) is not None
-    if not stored.cut:
-        if end is not None and not cut:
-            assert digest is not None
-            digest.add(end)
             if same_response(stored.digest, digest.value()):
                 return None
             _conflict(started, "its content differs")
-        if differs_at is None or differs_at == count - 1:
-            return None  # a part of the whole copy stored
-        _conflict(started, f"block {differs_at + 1} differs")
-    if cut:
-        if differs_at is None:
-            return None  # the same blocks, or fewer of them
-        if stored_has_more or last_sizes[0] <= last_sizes[1]:
-            return None  # its last block is the stored one cut shorter (or no longer)
-        return [*held, *([end] if end is not None else [])]
-    if stored_has_more or end is None:
-        _conflict(started, "the copy stored, though cut short, has more blocks")
-    return [*held, end]
+        digest.add(draft)
+    return None  # the stream ended before the response did: cut short
 
 
 def _blocks(events: Iterator[Event], response_id: str) -> Iterator[Event]:

@@ -29,7 +29,6 @@ from convstore.domain.vocabulary import ProviderPayload, RequestSettings
 __all__ = [
     "VERSION_2",
     "ResponseDigest",
-    "block_key",
     "digest_for",
     "new_digest",
     "same_response",
@@ -136,14 +135,6 @@ def same_response(stored: str, copy: str) -> bool:
     if response != copy_response:
         return False
     return request == copy_request or "-" in (request, copy_request)
-
-
-def block_key(event: Event) -> bytes:
-    """What identifies one of a response's blocks (or its end) as version 2 digests it:
-    two copies of a block are the same block when their keys are equal."""
-    return hashlib.sha256(
-        type(event).__name__.encode() + _encode(_canonical(event, _ENVELOPE))
-    ).digest()
 
 
 def same_start(stored: ResponseStarted, copy: ResponseStarted) -> bool:

@@ -15,6 +15,9 @@ into a `ConversationAudit`:
   offsets did not fit the text (`Attribution.unplaced`), with their source and the reason;
 - **payloads**: an inventory of every ProviderPayload (provider, format, version, size in
   bytes): never its value;
+- **copies passed over**: attempts cut short that a later attempt completed (the turns,
+  responses and spend above read the later one, as every reading does), and copies of a
+  provider response the store's index places in another conversation (`copies`);
 - **head**: the newest event's hash and version, to anchor elsewhere (`convstore anchor`).
   The audit reads decoded events and reports the hash they claim; `projections.verify`
   checks the chain against the stored bytes.
@@ -33,6 +36,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
+from convstore.domain.attempts import reading
 from convstore.domain.events import (
     AssistantText,
     Event,
@@ -59,6 +63,14 @@ from convstore.domain.vocabulary import (
     TurnId,
     TurnTrigger,
     Usage,
+)
+from convstore.projections.copies import (
+    DuplicateCopy,
+    Placed,
+    SupersededCopy,
+    copy_lines,
+    duplicates,
+    passed_over,
 )
 from convstore.projections.wording import usage_counters
 
@@ -272,6 +284,10 @@ class ConversationAudit(msgspec.Struct, kw_only=True):
     """Hosted work over the whole conversation, by name."""
     flags: list[str]
     """Every flag raised anywhere in the conversation, named as in `TurnAudit.flags`."""
+    superseded: list[SupersededCopy] = []
+    """Attempts cut short that a later attempt of their response completed."""
+    duplicates: list[DuplicateCopy] = []
+    """Copies of provider responses the store's index places in another conversation."""
 
 
 # --- the fold --------------------------------------------------------------------------------
@@ -293,23 +309,36 @@ class AuditFold:
         self.payloads: list[PayloadEntry] = []
         self.open_turn: TurnId | None = None
         self.open_response: ResponseId | None = None
+        self.superseded: list[SupersededCopy] = []
 
     def apply(self, event: Event) -> None:
         """Fold one event in."""
+        self._count(event)
+        self._read(event)
+
+    def apply_all(self, events: Iterable[Event]) -> AuditFold:
+        """Fold events in order; returns self. The counts, the head and the payload
+        inventory cover every stored event; the turns, responses and spend read each
+        response from its newest attempt (`domain.attempts`)."""
+        log = list(events)
+        for event in log:
+            self._count(event)
+        for event in reading(log):
+            self._read(event)
+        self.superseded.extend(passed_over(log))
+        return self
+
+    def _count(self, event: Event) -> None:
         self.events += 1
         if not self.conversation_id:
             self.conversation_id = str(event.originator_id)
         self.head = ChainHead(hash=event.hash, version=event.originator_version)
         self.payloads.extend(_payloads(event))
+
+    def _read(self, event: Event) -> None:
         handler = _HANDLERS.get(type(event))
         if handler is not None:
             handler(self, event)
-
-    def apply_all(self, events: Iterable[Event]) -> AuditFold:
-        """Fold events in order; returns self."""
-        for event in events:
-            self.apply(event)
-        return self
 
     # --- handlers -----------------------------------------------------------------------------
 
@@ -478,6 +507,8 @@ class AuditFold:
         spend = _spend(list(self.responses.values()), activities)
         flags = _rollup(responses, activities, calls, spend)
         flags = sorted({*flags, *(flag for turn in turns for flag in turn.flags)})
+        if self.superseded:
+            flags = sorted({*flags, "response_superseded"})
         return ConversationAudit(
             schema=AUDIT_SCHEMA,
             conversation_id=self.conversation_id,
@@ -493,6 +524,7 @@ class AuditFold:
             payload_bytes=sum(p.size for p in self.payloads),
             spend=spend,
             flags=flags,
+            superseded=list(self.superseded),
         )
 
     def _turn_report(self, turn: TurnAudit) -> TurnAudit:
@@ -529,9 +561,16 @@ _HANDLERS: Final[dict[type[Event], Any]] = {
 }
 
 
-def audit(events: Iterable[Event]) -> ConversationAudit:
-    """The audit of one conversation's events, in version order."""
-    return AuditFold().apply_all(events).report()
+def audit(events: Iterable[Event], placed: Placed | None = None) -> ConversationAudit:
+    """The audit of one conversation's events, in version order; with `placed` (the
+    repository's), it also lists the provider responses stored in another conversation."""
+    log = list(events)
+    report = AuditFold().apply_all(log).report()
+    if placed is not None:
+        report.duplicates = duplicates(log, placed)
+        if report.duplicates:
+            report.flags = sorted({*report.flags, "response_duplicate"})
+    return report
 
 
 # --- flags and spend -------------------------------------------------------------------------
@@ -717,6 +756,7 @@ def audit_lines(report: ConversationAudit) -> Iterator[str]:
         yield "  hosted work, whole conversation"
         for spend in report.spend:
             yield f"    {_spend_line(spend)}"
+    yield from copy_lines(report.superseded, report.duplicates, _one)
     yield from _payload_lines(report)
 
 

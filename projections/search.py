@@ -35,6 +35,10 @@ Tables (in the events' database; SQLite file or PostgreSQL schema):
   server's 4 MB default: at most ~0.8 ms a query instead of ~3 ms, for no insert speed
   we could measure (256 kB costs a fifth of it, no list at all five sixths).
 - `search_turns (conversation_id, turn_id)`: the open turn of each conversation.
+- `search_attempts (conversation_id, turn_id)`: while a later attempt of a response is open
+  (a copy completing one cut short, `domain.attempts`), the turn its rows belong to: the
+  first attempt's, where every reading places it. When that attempt starts, the rows of
+  the earlier attempts are deleted, so search finds each response once, as it reads.
 - the store's `tracking` table: the projection's position, under the name `search`.
 
 Ranking: bm25 on SQLite, `ts_rank` on PostgreSQL; ties by index order.
@@ -118,6 +122,8 @@ class Indexed(msgspec.Struct):
     originator_id: UUID
     originator_version: int
     turn_id: str | None = None
+    response_id: str | None = None
+    attempt: int = 1
     blocks: tuple[str, ...] = ()
     text: str = ""
     attributions: tuple[_Attribution, ...] = ()
@@ -273,6 +279,11 @@ class _Dialect(Protocol):
     def turn(self, cursor: Any, conversation: UUID) -> str | None: ...
     def set_turns(self, cursor: Any, turns: dict[UUID, str | None]) -> None: ...
     def insert(self, cursor: Any, rows: list[Row]) -> None: ...
+    def attempt_turns(self, cursor: Any) -> dict[UUID, str | None]: ...
+    def set_attempt_turns(
+        self, cursor: Any, turns: dict[UUID, tuple[str | None] | None]
+    ) -> None: ...
+    def delete(self, cursor: Any, conversation: UUID, spans: list[tuple[int, int]]) -> None: ...
     def search(self, cursor: Any, node: Node, limit: int) -> list[tuple[Row, float]]: ...
     def dump(self, cursor: Any) -> Iterator[bytes]: ...
 
@@ -286,6 +297,8 @@ _SQLITE_SCHEMA: Final = (
     " tokenize=\"unicode61 remove_diacritics 2 categories 'L* N* M* Co Cn'\")",
     "CREATE TABLE IF NOT EXISTS search_turns ("
     " conversation_id BLOB PRIMARY KEY, turn_id TEXT NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS search_attempts ("
+    " conversation_id BLOB PRIMARY KEY, turn_id TEXT) WITHOUT ROWID",
 )
 _SQLITE_SEARCH: Final = (
     "SELECT r.id, r.conversation_id, r.version, r.turn_id, r.kind, r.body, m.rank"
@@ -305,7 +318,7 @@ class _SQLite:
     def reset(self, cursor: Any) -> None:
         # Dropping frees the pages at once; deleting a million rows would hold the write
         # lock (and so every writer) far longer.
-        for table in ("search_rows", "search_fts", "search_turns"):
+        for table in ("search_rows", "search_fts", "search_turns", "search_attempts"):
             cursor.execute(f"DROP TABLE IF EXISTS {table}")
         self.setup(cursor)
 
@@ -324,6 +337,34 @@ class _SQLite:
             "INSERT OR REPLACE INTO search_turns VALUES (?, ?)",
             [(c.bytes, t) for c, t in turns.items() if t is not None],
         )
+
+    def attempt_turns(self, cursor: Any) -> dict[UUID, str | None]:
+        found = cursor.execute("SELECT conversation_id, turn_id FROM search_attempts")
+        return {UUID(bytes=c): t for c, t in found.fetchall()}
+
+    def set_attempt_turns(self, cursor: Any, turns: dict[UUID, tuple[str | None] | None]) -> None:
+        cursor.executemany(
+            "DELETE FROM search_attempts WHERE conversation_id = ?",
+            [(c.bytes,) for c, t in turns.items() if t is None],
+        )
+        cursor.executemany(
+            "INSERT OR REPLACE INTO search_attempts VALUES (?, ?)",
+            [(c.bytes, t[0]) for c, t in turns.items() if t is not None],
+        )
+
+    def delete(self, cursor: Any, conversation: UUID, spans: list[tuple[int, int]]) -> None:
+        for first, last in spans:
+            where = " FROM search_rows WHERE conversation_id = ? AND version BETWEEN ? AND ?"
+            key = (conversation.bytes, first, last)
+            # A contentless FTS5 table forgets a row when told its rowid and text again.
+            cursor.executemany(
+                "INSERT INTO search_fts (search_fts, rowid, body) VALUES ('delete', ?, ?)",
+                [
+                    (i, b if b.isascii() else normalized(b))
+                    for i, b in cursor.execute("SELECT id, body" + where, key).fetchall()
+                ],
+            )
+            cursor.execute("DELETE" + where, key)
 
     def insert(self, cursor: Any, rows: list[Row]) -> None:
         cursor.executemany(
@@ -368,6 +409,7 @@ _POSTGRES_SCHEMA: Final = (
     f" WITH (gin_pending_list_limit = {GIN_PENDING_KB})",
     "CREATE TABLE IF NOT EXISTS search_turns ("
     " conversation_id uuid PRIMARY KEY, turn_id text NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS search_attempts (conversation_id uuid PRIMARY KEY, turn_id text)",
 )
 _POSTGRES_INSERT: Final = (
     "INSERT INTO search_rows SELECT i, c, v, t, k, b, to_tsvector('simple', f)"
@@ -389,7 +431,7 @@ class _Postgres:
             cursor.execute(statement)
 
     def reset(self, cursor: Any) -> None:
-        cursor.execute("TRUNCATE search_rows, search_turns")
+        cursor.execute("TRUNCATE search_rows, search_turns, search_attempts")
 
     def turn(self, cursor: Any, conversation: UUID) -> str | None:
         row = cursor.execute(
@@ -409,6 +451,30 @@ class _Postgres:
                 "INSERT INTO search_turns SELECT * FROM unnest(%s::uuid[], %s::text[])"
                 " ON CONFLICT (conversation_id) DO UPDATE SET turn_id = EXCLUDED.turn_id",
                 ([c for c, _ in opened], [t for _, t in opened]),
+            )
+
+    def attempt_turns(self, cursor: Any) -> dict[UUID, str | None]:
+        found = cursor.execute("SELECT conversation_id, turn_id FROM search_attempts")
+        return {c: t for c, t in found.fetchall()}
+
+    def set_attempt_turns(self, cursor: Any, turns: dict[UUID, tuple[str | None] | None]) -> None:
+        for conversation, turn in turns.items():
+            if turn is None:
+                cursor.execute(
+                    "DELETE FROM search_attempts WHERE conversation_id = %s", (conversation,)
+                )
+            else:
+                cursor.execute(
+                    "INSERT INTO search_attempts VALUES (%s, %s) ON CONFLICT (conversation_id)"
+                    " DO UPDATE SET turn_id = EXCLUDED.turn_id",
+                    (conversation, turn[0]),
+                )
+
+    def delete(self, cursor: Any, conversation: UUID, spans: list[tuple[int, int]]) -> None:
+        for first, last in spans:
+            cursor.execute(
+                "DELETE FROM search_rows WHERE conversation_id = %s AND version BETWEEN %s AND %s",
+                (conversation, first, last),
             )
 
     def insert(self, cursor: Any, rows: list[Row]) -> None:
@@ -436,6 +502,10 @@ class _Postgres:
             yield _encode(list(row))
         for row in cursor.execute("SELECT conversation_id, turn_id FROM search_turns ORDER BY 1"):
             yield _encode(list(row))
+
+
+def _within(version: int, spans: list[tuple[int, int]]) -> bool:
+    return any(first <= version <= last for first, last in spans)
 
 
 def _dialect(recorder: ConversationRecorder) -> _Dialect:
@@ -479,9 +549,21 @@ class SearchIndex(TrackedProjection):
         turns: dict[UUID, str | None] = {}
         changed: set[UUID] = set()
         rows: list[Row] = []
+        attempts = dialect.attempt_turns(cursor)
+        """Conversations whose open response is a later attempt → the turn it reads in."""
+        attempts_changed: dict[UUID, tuple[str | None] | None] = {}
         for position, event in events:
-            found = pieces(event)
             conversation = event.originator_id
+            if event.type == "ResponseStarted" and event.attempt > 1:
+                turn, spans = self._earlier_attempts(event)
+                dialect.delete(cursor, conversation, spans)
+                rows = [r for r in rows if not (r[1] == conversation and _within(r[2], spans))]
+                attempts[conversation] = turn
+                attempts_changed[conversation] = (turn,)
+            elif event.type == "ResponseEnded" and conversation in attempts:
+                del attempts[conversation]
+                attempts_changed[conversation] = None
+            found = pieces(event)
             if not found:
                 if event.type == "TurnStarted":
                     turns[conversation] = event.turn_id
@@ -490,7 +572,9 @@ class SearchIndex(TrackedProjection):
                     turns[conversation] = None
                     changed.add(conversation)
                 continue
-            if conversation in turns:
+            if conversation in attempts:
+                turn = attempts[conversation]
+            elif conversation in turns:
                 turn = turns[conversation]
             else:
                 turn = turns[conversation] = dialect.turn(cursor, conversation)
@@ -505,7 +589,35 @@ class SearchIndex(TrackedProjection):
             dialect.insert(cursor, rows)
         if changed:
             dialect.set_turns(cursor, {c: turns[c] for c in changed})
+        if attempts_changed:
+            dialect.set_attempt_turns(cursor, attempts_changed)
         return len(rows)
+
+    def _earlier_attempts(self, started: Indexed) -> tuple[str | None, list[tuple[int, int]]]:
+        """The turn the first attempt of `started`'s response was in, and the versions
+        (first, last) of each earlier attempt, read from the conversation's events."""
+        turn: str | None = None
+        first_turn: str | None = None
+        spans: list[tuple[int, int]] = []
+        open_from: int | None = None
+        for version, state in self.recorder.select_states(started.originator_id):
+            if version >= started.originator_version:
+                break
+            event = read_event(state)
+            if event.type == "TurnStarted":
+                turn = event.turn_id
+            elif event.type == "TurnEnded":
+                turn = None
+            elif event.type == "ResponseStarted" and event.response_id == started.response_id:
+                if not spans and open_from is None:
+                    first_turn = turn
+                open_from = version
+            elif event.type == "ResponseEnded" and open_from is not None:
+                spans.append((open_from, version))
+                open_from = None
+        if open_from is not None:
+            spans.append((open_from, started.originator_version - 1))
+        return first_turn, spans
 
     def _ensure_tables(self) -> bool:
         """Whether the tables exist, creating them unless the recorder only reads."""

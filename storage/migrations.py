@@ -148,7 +148,8 @@ _RESPONSES_POSTGRES: Final = (
     " FROM (SELECT e.id, e.originator_id, e.originator_version, pg_temp.convstore_json(e.state) j"
     "  FROM {s}.events e JOIN {s}.topics t ON t.id = e.topic"
     f"  WHERE t.topic = {_RESPONSE_STARTED}) x"
-    " WHERE jsonb_typeof(x.j->'provider') = 'string' AND jsonb_typeof(x.j->'response_id') = 'string'"
+    " WHERE jsonb_typeof(x.j->'provider') = 'string'"
+    " AND jsonb_typeof(x.j->'response_id') = 'string'"
     " AND coalesce(x.j->>'origin', 'provider') = 'provider'"
     " ORDER BY x.j->>'provider', x.j->>'response_id', x.id",
     "DROP FUNCTION pg_temp.convstore_json(bytea)",

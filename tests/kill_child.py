@@ -94,8 +94,9 @@ def _sse(event: dict[str, object]) -> bytes:
     return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
 
 
-def big_response(response_id: str) -> bytes:
-    """A long streamed Anthropic response: a web search call, then `BIG_BLOCKS` text blocks."""
+def big_response(response_id: str, blocks: int = BIG_BLOCKS) -> bytes:
+    """A long streamed Anthropic response: a web search call, then `blocks` text blocks of
+    `BIG_BLOCK_BYTES`."""
     word = "matcha koicha Uji harvest whisk bowl ceremony river "
     delta = (word * (BIG_DELTA_BYTES // len(word) + 1))[:BIG_DELTA_BYTES]
     parts = [
@@ -135,7 +136,7 @@ def big_response(response_id: str) -> bytes:
         ),
         _sse({"type": "content_block_stop", "index": 0}),
     ]
-    for index in range(1, BIG_BLOCKS + 1):
+    for index in range(1, blocks + 1):
         parts.append(
             _sse(
                 {

@@ -51,7 +51,7 @@ def audit_command(args: argparse.Namespace, session: Session) -> int:
         nonlocal unreadable
         for position, conversation in enumerate(ids, 1):
             try:
-                yield audit.audit(service.events(conversation))
+                yield audit.audit(service.events(conversation), session.reader.repository.placed)
             except IntegrityError as error:
                 unreadable += 1
                 if progress is not None:

@@ -73,8 +73,7 @@ def ingest(args: argparse.Namespace, session: Session) -> int:
             count = report.history_messages
             session.out.line(f"  {count} request message{'s' if count != 1 else ''} recorded first")
         session.out.lines(
-            transcript.outcome_line(outcome, report.conversation_id)
-            for outcome in report.responses
+            transcript.outcome_line(outcome, report.conversation_id) for outcome in report.responses
         )
     if report.error is not None:
         session.err.line(f"{PROG}: error: {render.one_line(report.error)}")

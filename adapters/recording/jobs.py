@@ -237,8 +237,8 @@ def _ingest_one(
                 "--conversation, or fork that conversation)",
                 conversation_id=home,
             )
-        events = [] if report.conversation_id is None else list(
-            service.events(report.conversation_id)
+        events = (
+            [] if report.conversation_id is None else list(service.events(report.conversation_id))
         )
         version = events[-1].originator_version if events else 0
         stored = {e.response_id for e in events if isinstance(e, ResponseStarted)}
