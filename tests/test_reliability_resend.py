@@ -11,7 +11,6 @@ a dead writer's response closes it, even when the rest of that write is refused.
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
