@@ -235,7 +235,7 @@ class ConversationService:
     ) -> list[Event]:
         """Record pending hosted activities `abandoned` (all, one provider's, or those named)."""
         conversation = self.repository.load(conversation_id)
-        self._close_dead_response(conversation)
+        closed = self._close_dead_response(conversation)
         wanted = set(activity_ids) if activity_ids is not None else None
         for activity_id, activity in conversation.pending_activities().items():
             if wanted is not None and activity_id not in wanted:
@@ -252,7 +252,7 @@ class ConversationService:
         recorded = list(conversation.pending)
         if recorded:
             self.repository.save(conversation)
-        return recorded
+        return [*closed, *recorded]
 
     # --- queries ----------------------------------------------------------------------------
 
@@ -318,13 +318,14 @@ class ConversationService:
             stale_after=self.stale_after,
         )
 
-    def _close_dead_response(self, conversation: Conversation) -> None:
+    def _close_dead_response(self, conversation: Conversation) -> Sequence[Event]:
         """Close a response whose writer is gone, and commit that at once: the write that
-        finds it closes it, whatever becomes of the rest of that write."""
+        finds it closes it, whatever becomes of the rest of that write. Returns what it
+        recorded."""
         open_response = conversation.state.open_response
         if open_response is None or self._writer_status(conversation) != "gone":
-            return
-        conversation.record(
+            return []
+        closed = conversation.record(
             ResponseEnded(
                 response_id=open_response.response_id,
                 state="abandoned",
@@ -333,6 +334,7 @@ class ConversationService:
             )
         )
         self.repository.save(conversation)
+        return [closed]
 
 
 def _alive_because(writer: Writer | None, stale_after: float) -> str:

@@ -6,8 +6,9 @@ Run as `python -m tests.kill_child --db URL --work DIR --seed N [--snapshot-ever
 in `examples/*/*/`, exchange after exchange: an exchange continues its folder's
 conversation when its request extends it, and starts a new conversation otherwise. Each
 round writes the captures again with the response ids made unique (`<id>-<seed>-<round>`),
-so every response is new. Every `--big-every` rounds it also ingests one long Anthropic
-response (a web search call, then text blocks of 1 MiB, 8 MiB in all) into a conversation
+so every response is new (a Gemini response that names no id is given one). Every
+`--big-every` rounds it also ingests one long Anthropic response (a web search call,
+then text blocks of 1 MiB, 8 MiB in all) into a conversation
 it starts first, announced by a line `big <conversation id> <response id>`: the response
 recorder commits it in several transactions, and a kill between them leaves it open.
 
@@ -88,6 +89,14 @@ def _unique(data: bytes, ids: Sequence[str], suffix: str) -> bytes:
         quoted = json.dumps(response_id).encode()
         data = data.replace(quoted, json.dumps(response_id + suffix).encode())
     return data
+
+
+def _named(data: bytes, response_id: str, named: str) -> bytes:
+    """A Gemini body whose response names no id (it is derived from its first chunk, so
+    the same bytes are the same response): its first chunk given `"responseId": named`."""
+    if json.dumps(response_id).encode() in data:
+        return data
+    return data.replace(b"{", b'{"responseId": ' + json.dumps(named).encode() + b", ", 1)
 
 
 def _sse(event: dict[str, object]) -> bytes:
@@ -198,7 +207,10 @@ def run(url: str, work: Path, seed: int, snapshot_every: int, big_every: int) ->
                 conversation: ConversationId | None = None
                 for exchange in capture.exchanges:
                     path = work / f"{capture.provider}-{capture.folder}-{exchange.name}"
-                    path.write_bytes(_unique(exchange.response, ids, suffix))
+                    body = _unique(exchange.response, ids, suffix)
+                    path.write_bytes(
+                        _named(body, exchange.response_id, exchange.response_id + suffix)
+                    )
                     request = (
                         None if exchange.request is None else _unique(exchange.request, ids, suffix)
                     )

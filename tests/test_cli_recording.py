@@ -47,7 +47,7 @@ FOLLOW_UP = "Thanks! And the day after tomorrow?"
 MODEL = "claude-sonnet-4-5"
 SWITCH = {"openai": "gpt-5.1", "google": "gemini-2.5-flash"}
 """A model for a request to another provider (one is needed to build it)."""
-RESPONSE_KEYS = {"response_id", "ended", "events", "already_stored"}
+RESPONSE_KEYS = {"response_id", "ended", "events", "already_stored", "attempt"}
 
 
 def available(name: str) -> bool:
@@ -245,6 +245,7 @@ def test_reingesting_the_same_file_writes_nothing(
             "ended": "completed",
             "events": 0,
             "already_stored": True,
+            "attempt": 1,
         }
     ]
     code, out, _ = run(capsys, "--db", url, "ingest", "--provider", "anthropic", *again)

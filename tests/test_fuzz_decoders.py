@@ -58,10 +58,13 @@ from convstore.adapters.openai import decode as openai_decode
 from convstore.adapters.recording.jobs import CHUNK_BYTES, ingest, read_capture
 from convstore.adapters.wire.providers import PROVIDERS, adapter
 from convstore.adapters.wire.sse import SSEDecodeError, SSEFramer, iter_events
+from convstore.domain.conversation import Conversation
 from convstore.domain.errors import DecodeError
 from convstore.domain.events import Event
+from convstore.domain.responses import ResponseRecorder
 from convstore.domain.service import ConversationService
 from convstore.storage import Store, open_store
+from convstore.storage.repository import EventRepository
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 EXAMPLES: Final = ROOT / "examples"
@@ -556,8 +559,17 @@ def decode_or_refuse(decode: Callable[[], Iterable[Event]]) -> list[Event] | Non
 
 
 def record(service: ConversationService, drafts: list[Event]) -> None:
-    """Record drafts as one response of a new conversation: the aggregate must accept them."""
-    service.ingest(service.start("fuzz"), drafts)
+    """Record drafts as one response of a new conversation: the aggregate must accept them
+    and the store write them. (Written without the store-wide response index: mutants of
+    one capture share its response id, and a response is indexed once per store.)"""
+    repository = service.repository
+    assert isinstance(repository, EventRepository)
+
+    def save(conversation: Conversation) -> None:
+        events = conversation.collect_events()
+        repository.recorder.append([repository.mapper.to_stored_event(e) for e in events])
+
+    ResponseRecorder(Conversation.start("fuzz"), save).record(drafts)
 
 
 def check_decode(service: ConversationService, provider: str, mutant: Mutant) -> None:
@@ -624,7 +636,14 @@ def check_framer(body: bytes, chunks: Sequence[bytes], max_event_bytes: int) -> 
 def check_history(service: ConversationService, folder: Path, mutant: Mutant) -> None:
     """`ingest --request` with a mutated request and response, in a conversation holding
     the exchanges before it (unmutated): the history decoder and the response decoder end
-    in drafts the store records, or in a DecodeError the ingest reports; nothing escapes."""
+    in drafts the store records, or in a DecodeError the ingest reports; nothing escapes.
+    In a store of its own: a response is stored once per store, and the mutants of one
+    capture share its response id."""
+    with open_store("sqlite:///:memory:") as own:
+        _check_history(own.service, folder, mutant)
+
+
+def _check_history(service: ConversationService, folder: Path, mutant: Mutant) -> None:
     seed = mutant.seed
     conversation = None
     if seed.earlier:

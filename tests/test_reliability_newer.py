@@ -106,7 +106,7 @@ def test_a_later_migration_refuses_writers_by_name(
     marker) is refused by name for a writer too (exit 2, one line), before anything is
     written; readers are refused alike (test_migrations.py)."""
     with open_store(store_url) as store:
-        _alter(store, "INSERT INTO {s}.migrations (position, name) VALUES (2, '0099_from_later')")
+        _alter(store, "INSERT INTO {s}.migrations (position, name) VALUES (99, '0099_from_later')")
     code, _, err = _run(
         capsys, "--db", store_url, "ingest", "--provider", "anthropic", str(CAPTURES[0])
     )
@@ -137,10 +137,14 @@ def _append_later_version(store: Store, cid: UUID) -> None:
 
 
 @pytest.fixture
-def three(capsys: pytest.CaptureFixture[str], store_url: str) -> tuple[str, list[str]]:
+def three(
+    capsys: pytest.CaptureFixture[str], store_url: str, tmp_path: Path
+) -> tuple[str, list[str]]:
     """A store of three conversations: readable, one whose newest event is of a later
     version (its chain holds), one whose newest bytes are no event at all."""
-    for capture in (*CAPTURES, CAPTURES[0]):
+    again = tmp_path / "again.sse"  # a third response: the first capture under another id
+    again.write_bytes(CAPTURES[0].read_bytes().replace(b'"id":"msg_', b'"id":"msg_again_'))
+    for capture in (*CAPTURES, again):
         code, _, err = _run(
             capsys, "--db", store_url, "ingest", "--provider", "anthropic", str(capture)
         )

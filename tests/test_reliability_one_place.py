@@ -39,6 +39,13 @@ def _json(run: subprocess.CompletedProcess[bytes]) -> Any:
     return json.loads(run.stdout)
 
 
+def _audit(store_url: str, conversation: str) -> Any:
+    argv = [sys.executable, "-m", "convstore.adapters.cli", "--db", store_url, "audit", "--json"]
+    audited = subprocess.run([*argv, conversation], capture_output=True, check=False)
+    assert audited.returncode == 0, audited.stderr.decode()
+    return json.loads(audited.stdout)
+
+
 def _sql(store_url: str, *statements: str) -> None:
     with open_store(store_url) as store, store.recorder.view_transaction("test") as cursor:
         for statement in statements:
@@ -124,24 +131,11 @@ def test_the_migration_indexes_the_first_copy_and_audit_lists_the_others(
     _sql(store_url, "DROP TABLE responses", "DELETE FROM migrations WHERE name = '0002_responses'")
     with open_store(store_url) as store:
         assert store.recorder.migrated == ("0002_responses",)
-    audited = subprocess.run(
-        [sys.executable, "-m", "convstore.adapters.cli", "--db", store_url, "audit", "--json"]
-        + [second],
-        capture_output=True,
-        check=False,
-    )
-    assert audited.returncode == 0, audited.stderr.decode()
-    report = json.loads(audited.stdout)
+    report = _audit(store_url, second)
     [duplicate] = report["duplicates"]
     assert (duplicate["stored_in"], duplicate["attempt"]) == (first, 1)
     assert "response_duplicate" in report["flags"]
-    audited_first = subprocess.run(
-        [sys.executable, "-m", "convstore.adapters.cli", "--db", store_url, "audit", "--json"]
-        + [first],
-        capture_output=True,
-        check=True,
-    )
-    assert json.loads(audited_first.stdout)["duplicates"] == []
+    assert _audit(store_url, first)["duplicates"] == []
     again = _json(_ingest(store_url))
     assert again["conversation_id"] == first
     with open_store(store_url, read_only=True) as store:

@@ -106,8 +106,9 @@ def test_readers_work_while_a_writer_holds_the_lock(
     conversation = recorded(capsys, store_url)
     with write_lock(store_url):
         every_read_works(capsys, store_url, conversation)
+        another = EXAMPLE.parent / "thinking_tool_roundtrip" / "1.response.sse"
         code, _, err = run(capsys, "--db", store_url, "ingest", "--provider", "anthropic",
-                           str(EXAMPLE / "2.response.json"))  # fmt: skip
+                           str(another))  # fmt: skip
         assert code == 2 and "error" in err  # the writer waits, then gives up: typed
 
 

@@ -19,7 +19,7 @@ from convstore.adapters.wire.providers import adapter, read_payload
 from convstore.domain.events import Event, ResponseEnded, UnknownArtifact, UserMessage
 from convstore.domain.vocabulary import Usage
 from convstore.projections.portable import load
-from convstore.storage import Store
+from convstore.storage import Store, open_store
 
 EXAMPLES: Final = Path(__file__).resolve().parents[1] / "examples"
 
@@ -133,7 +133,7 @@ def test_a_count_is_a_non_negative_int_below_2_63() -> None:
 
 @pytest.mark.parametrize("kind", [b"{}", b"[]", b'{"a":[1]}', b"7", b"true"])
 def test_an_openai_request_item_whose_type_is_not_a_string_ingests(
-    store: Store, kind: bytes
+    store: Store, tmp_path: Path, kind: bytes
 ) -> None:
     """Scenario 37: an OpenAI request item whose `type` is an object, a list, a number or
     a boolean is an item of no known kind: `ingest --request` records the history and the
@@ -143,8 +143,9 @@ def test_an_openai_request_item_whose_type_is_not_a_string_ingests(
     request = json.loads((folder / "2.request.json").read_bytes())
     request["input"][2]["type"] = "\ue000"
     body = json.dumps(request).replace('"\\ue000"', kind.decode()).encode()
-    clean = ingest(store.service, "openai", [folder / "2.response.sse"],
-                   request=(folder / "2.request.json").read_bytes())  # fmt: skip
+    with open_store(str(tmp_path / "clean.db")) as other:  # a response is stored once a store
+        clean = ingest(other.service, "openai", [folder / "2.response.sse"],
+                       request=(folder / "2.request.json").read_bytes())  # fmt: skip
     report = ingest(store.service, "openai", [folder / "2.response.sse"], request=body)
     assert report.error is None, report.error
     assert report.exit_code == 0 and report.conversation_id is not None

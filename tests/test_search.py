@@ -120,13 +120,15 @@ class Writer:
         self.service = store.service
         self.conversations: list[ConversationId] = []
         self.count = 0
+        self.tag = uuid.uuid4().hex[:8]
+        """Makes its response ids its own: a response id is stored once per store."""
 
     def start(self, n: int) -> None:
         self.conversations = [self.service.start(f"conversation {i}") for i in range(n)]
 
     def _id(self, prefix: str) -> str:
         self.count += 1
-        return f"{prefix}{self.count}"
+        return f"{prefix}{self.count}_{self.tag}"
 
     def user(self, which: int, text: str) -> None:
         cid = self.conversations[which]

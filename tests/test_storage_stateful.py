@@ -11,6 +11,8 @@ PostgreSQL, with fewer examples on PostgreSQL.
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from hypothesis import settings
 from hypothesis.stateful import rule, run_state_machine_as_test
@@ -75,6 +77,12 @@ def test_the_state_machine_on_a_real_store(backend: str, request: pytest.Fixture
 
         def make_backend(self) -> Backend:
             return StoreBackend(url)
+
+        def new_id(self, prefix: str) -> str:
+            """Ids of this example's own: every example shares the store, and a response
+            id is stored once per store."""
+            tag = self.__dict__.setdefault("tag", uuid.uuid4().hex[:8])
+            return f"{super().new_id(prefix)}_{tag}"
 
         @rule()
         def reopen(self) -> None:
