@@ -69,7 +69,8 @@ class StoredResponse(msgspec.Struct, frozen=True, kw_only=True, array_like=True,
 
     attempt: int = 1
     version: int = 0
-    """The version of that attempt's ResponseStarted."""
+    """The version of that attempt's ResponseStarted (0: stored in the conversation a fork
+    was forked from)."""
     digest: str = ""
     """Its content digest (empty while it is open, or when it was closed for its writer)."""
     ended: EndState | None = None
@@ -180,6 +181,31 @@ class Conversation:
         """A new conversation with its Started event recorded."""
         conversation = cls(conversation_id or ConversationId(uuid4()))
         conversation.record(Started(title=title, labels=tuple(labels)))
+        return conversation
+
+    @classmethod
+    def fork(
+        cls,
+        state: ConversationState,
+        *,
+        parent: ConversationId,
+        at: int,
+        title: str = "",
+        labels: Iterable[str] = (),
+    ) -> Conversation:
+        """A new conversation going on from version `at` of `parent`, whose state there is
+        `state`; its Started records where from. Raises InvariantViolation while a
+        response is open at that version."""
+        open_response = state.open_response
+        if open_response is not None:
+            raise errors.InvariantViolation(
+                f"version {at} of conversation {parent} is inside response "
+                f"{open_response.response_id!r}: fork at a version outside a response"
+            )
+        conversation = cls(new_conversation_id(), state=forked(state))
+        conversation.record(
+            Started(title=title, labels=tuple(labels), forked_from=parent, forked_at=at)
+        )
         return conversation
 
     def record(self, draft: E) -> E:
@@ -295,6 +321,22 @@ def copy_state(state: ConversationState) -> ConversationState:
         calls=state.calls.copy(),
         activities=state.activities.copy(),
         counts=state.counts.copy(),
+    )
+
+
+def forked(state: ConversationState) -> ConversationState:
+    """The state a fork starts from: its parent's at the fork point (open turn, calls,
+    activities, responses, counts), as a chain of its own. Its parent's responses are
+    marked as stored in an ancestor (`StoredResponse.version` 0)."""
+    return msgspec.structs.replace(
+        copy_state(state),
+        head="",
+        created_on=None,
+        modified_on=None,
+        responses={
+            rid: msgspec.structs.replace(stored, version=0)
+            for rid, stored in state.responses.items()
+        },
     )
 
 

@@ -49,8 +49,10 @@ def judge_copy(
     the remainder). Raises ResponseConflict (nothing written) for another response.
     """
     stored_iter = iter(stored_events)
-    first = next(stored_iter, None)
-    if not isinstance(first, ResponseStarted) or not same_start(first, started):
+    first = next(stored_iter, None)  # None: stored where a fork came from, not read here
+    if first is not None and (
+        not isinstance(first, ResponseStarted) or not same_start(first, started)
+    ):
         _conflict(started, "its start (model, origin or request) differs")
     if not stored.cut:
         return _against_whole(started, rest, stored)

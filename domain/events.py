@@ -54,10 +54,15 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_f
 
 
 class Started(Event, frozen=True, kw_only=True, tag=True):
-    """A conversation began."""
+    """A conversation began (a fork: from another's version, never copying its events)."""
 
     title: str = ""
     labels: tuple[str, ...] = ()
+    forked_from: UUID | None = None
+    """The conversation this one was forked from (`convstore fork`), or None."""
+    forked_at: int = 0
+    """The version of `forked_from` it goes on from: its readings fold that conversation
+    up to this version, then its own events (`ConversationService.history`)."""
 
 
 class TurnStarted(Event, frozen=True, kw_only=True, tag=True):

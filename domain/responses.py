@@ -76,6 +76,8 @@ class ResponseRecorder:
         copy of it); by default those still pending in memory."""
 
     def _pending_from(self, version: int) -> Iterable[Event]:
+        if version == 0:  # stored in the conversation a fork came from
+            return []
         return [e for e in self.conversation.pending if e.originator_version >= version]
 
     def record(self, drafts: Iterable[Event], *, writer: Writer | None = None) -> ResponseOutcome:

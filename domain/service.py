@@ -13,13 +13,14 @@ from typing import Protocol
 
 import msgspec
 
-from convstore.domain.conversation import Conversation
-from convstore.domain.errors import ConcurrencyConflict, WriterAlive
+from convstore.domain.conversation import Conversation, ConversationState
+from convstore.domain.errors import ConcurrencyConflict, InvariantViolation, WriterAlive
 from convstore.domain.events import (
     Event,
     HostedActivity,
     ResponseEnded,
     ResponseStarted,
+    Started,
     ToolCallResponded,
     TurnEnded,
     TurnStarted,
@@ -55,6 +56,11 @@ class ConversationRepository(Protocol):
 
     def load(self, conversation_id: ConversationId) -> Conversation:
         """The conversation as of its newest event; raises ConversationNotFound."""
+        ...
+
+    def state_at(self, conversation_id: ConversationId, version: int) -> ConversationState:
+        """The aggregate's state as of `version` of the conversation's reading (for a
+        fork, see `ConversationService.history`); raises ConversationNotFound."""
         ...
 
     def save(self, conversation: Conversation) -> Sequence[int]:
@@ -187,6 +193,54 @@ class ConversationService:
             self.repository.save(conversation)
         return conversation.id, outcome
 
+    def fork(
+        self,
+        conversation_id: ConversationId,
+        *,
+        at: int,
+        title: str = "",
+        labels: Iterable[str] = (),
+    ) -> ConversationId:
+        """Start a conversation going on from `conversation_id` at version `at` (of its
+        reading: a fork's reading numbers its parent's events first): it records that
+        reference, never a copy of the events; its readings (`history`) fold the parent up
+        to `at`, then its own events. Raises InvariantViolation (nothing written) for a
+        version the conversation does not have or one inside a response."""
+        history = self.history(conversation_id)
+        newest = history[-1].originator_version
+        if not 1 <= at <= newest:
+            raise InvariantViolation(
+                f"conversation {conversation_id} reads as versions 1 to {newest}; there is "
+                f"no version {at} to fork at"
+            )
+        state = self.repository.state_at(conversation_id, at)
+        fork = Conversation.fork(state, parent=conversation_id, at=at, title=title, labels=labels)
+        self.repository.save(fork)
+        return fork.id
+
+    def history(
+        self, conversation_id: ConversationId, own: list[Event] | None = None
+    ) -> list[Event]:
+        """The events a reading of the conversation folds: its own, or for a fork its
+        parent's history up to the fork point, then its own events after its Started,
+        their versions continuing the parent's (version v of the fork reads as
+        `forked_at + v - 1`). `own`: its own events, when already read. Raises
+        ConversationNotFound."""
+        events = own if own is not None else list(self.repository.events(conversation_id))
+        first = events[0]
+        if not isinstance(first, Started) or first.forked_from is None:
+            return events
+        parent = self.history(ConversationId(first.forked_from))
+        at = first.forked_at
+        return [
+            first,
+            *(e for e in parent[1:] if e.originator_version <= at),
+            *(
+                msgspec.structs.replace(e, originator_version=at + e.originator_version - 1)
+                for e in events[1:]
+            ),
+        ]
+
     def repair(self, conversation_id: ConversationId, *, force: bool = False) -> list[Event]:
         """Close any open response as abandoned and answer every orphaned client tool call.
 
@@ -287,6 +341,8 @@ class ConversationService:
         """The conversation's events from a version on: those stored, then those pending."""
 
         def from_version(version: int) -> Iterator[Event]:
+            if version == 0:  # stored in the conversation a fork came from
+                return
             pending = conversation.pending
             saved = conversation.version - len(pending)
             if version <= saved:

@@ -692,7 +692,7 @@ def load(
     interpret: Interpret | None = None,
 ) -> PortableConversation:
     """The portable reading of one stored conversation; raises ConversationNotFound."""
-    reading = fold(service.events(conversation_id), interpret)
+    reading = fold(service.history(conversation_id), interpret)
     if reading.version == 0:
         raise ConversationNotFound(f"no conversation {conversation_id}")
     return reading

@@ -36,6 +36,7 @@ from convstore.domain.conversation import (
     Conversation,
     ConversationState,
     copy_state,
+    forked,
 )
 from convstore.domain.errors import (
     ConcurrencyConflict,
@@ -150,7 +151,8 @@ class EventRepository:
         self._cache_guard = threading.Lock()
 
     def load(self, conversation_id: ConversationId) -> Conversation:
-        """The conversation as of its newest event; raises ConversationNotFound."""
+        """The conversation as of its newest event; raises ConversationNotFound. A fork
+        starts from its parent's state at the fork point (`domain.conversation.forked`)."""
         if self.cache_size:
             cached = self._cached(conversation_id)
             if cached is not None:
@@ -172,6 +174,8 @@ class EventRepository:
         if state is None and not rows:
             raise ConversationNotFound(f"no conversation {conversation_id} in this store")
         decode = self.mapper.decode
+        if state is None:
+            state = self._fork_base(decode(rows[0][1]))
         # A generator, not a list: each event is dropped once applied, so replay's peak
         # memory is the rows plus one event, not the rows plus every decoded event.
         conversation = Conversation.replay(
@@ -180,6 +184,32 @@ class EventRepository:
         if self.cache_size:
             self._remember(conversation)
         return conversation
+
+    def state_at(self, conversation_id: ConversationId, version: int) -> ConversationState:
+        """The state as of `version` of the conversation's reading, from its events alone
+        (a fork's reading numbers its parent's events up to the fork point first)."""
+        rows = self.recorder.select_states(conversation_id)
+        if not rows:
+            raise ConversationNotFound(f"no conversation {conversation_id} in this store")
+        decode = self.mapper.decode
+        first = decode(rows[0][1])
+        own_from = 1
+        if isinstance(first, Started) and first.forked_from is not None:
+            if version <= first.forked_at:
+                return self.state_at(ConversationId(first.forked_from), version)
+            own_from = first.forked_at  # its version v reads as forked_at + v - 1
+        upto = version - own_from + 1
+        return Conversation.replay(
+            conversation_id,
+            (decode(state) for stored, state in rows if stored <= upto),
+            state=self._fork_base(first),
+        ).state
+
+    def _fork_base(self, first: Event) -> ConversationState | None:
+        """For a fork's Started, the state it starts from: its parent's at the fork point."""
+        if not isinstance(first, Started) or first.forked_from is None:
+            return None
+        return forked(self.state_at(ConversationId(first.forked_from), first.forked_at))
 
     def save(self, conversation: Conversation) -> Sequence[int]:
         """Write the collected events atomically; raises ConcurrencyConflict, EventTooLarge."""

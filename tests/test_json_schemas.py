@@ -121,6 +121,8 @@ def test_every_reading_command_matches_its_schema(
     assert _check("reindex", _run(capsys, *db, "reindex", "--json")[1])["events"] > 0
     assert _check("project", _run(capsys, *db, "project", "--json")[1])["events"] == 0
     assert _check("migrate", _run(capsys, *db, "migrate", "--json")[1])["applied"] == []
+    forked = _run(capsys, *db, "fork", conversations["anthropic"], "--at", "1", "--json")
+    assert _check("fork", forked[1])["forked_at"] == 1
 
 
 def test_ask_matches_its_schema(

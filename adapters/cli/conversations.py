@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import itertools
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ from convstore.adapters.cli.registry import (
 )
 from convstore.adapters.terminal import render, transcript
 from convstore.domain import parse_conversation_id
-from convstore.domain.errors import ConfigurationError, ConversationNotFound, IntegrityError
+from convstore.domain.errors import ConfigurationError, IntegrityError
 
 
 def _list_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,11 +49,7 @@ def _show_arguments(parser: argparse.ArgumentParser) -> None:
 def show(args: argparse.Namespace, session: Session) -> int:
     """The conversation as a readable transcript, or its events as JSON (payload metadata only)."""
     conversation_id = parse_conversation_id(args.id)
-    events = session.reader.service.events(conversation_id)
-    first = next(events, None)
-    if first is None:
-        raise ConversationNotFound(f"no conversation {conversation_id}")
-    everything = itertools.chain((first,), events)
+    everything = session.reader.service.history(conversation_id)  # a fork's parent's first
     if args.json:
         session.out.json_array(transcript.to_data(event) for event in everything)
     else:

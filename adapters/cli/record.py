@@ -13,6 +13,7 @@ from convstore.adapters.cli.registry import (
     cfg_flag,
     command,
     json_flag,
+    positive_number,
     provider_name,
     read_file,
 )
@@ -178,10 +179,40 @@ def _recorded_provider(session: Session, conversation: ConversationId | None) ->
         return None
     providers = [
         e.provider
-        for e in session.service.events(conversation)
+        for e in session.service.history(conversation)
         if isinstance(e, ResponseStarted) and e.origin == "provider"
     ]
     return providers[-1] if providers else None
+
+
+def _fork_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("id", help="the conversation to fork")
+    parser.add_argument(
+        "--at",
+        type=positive_number,
+        required=True,
+        metavar="VERSION",
+        help="the version to go on from (as `show` numbers it; outside a response)",
+    )
+    parser.add_argument("--title", help="the new conversation's title")
+    json_flag(parser)
+
+
+@command("fork", "start a conversation that goes on from another's version", _fork_arguments)
+def fork(args: argparse.Namespace, session: Session) -> int:
+    """A new conversation recorded as forked from (ID, VERSION): it stores that reference,
+    never a copy; its readings fold ID up to VERSION, then its own events. Exit 2 (nothing
+    written) for a version ID does not have, or one inside a response."""
+    parent = parse_conversation_id(args.id)
+    forked = session.service.fork(parent, at=args.at, title=args.title or "")
+    if args.json:
+        session.out.json(
+            {"conversation_id": str(forked), "forked_from": str(parent), "forked_at": args.at}
+        )
+    else:
+        session.out.line(f"conversation {forked}")
+        session.out.line(f"  forked from {parent} at version {args.at}")
+    return 0
 
 
 def _repair_arguments(parser: argparse.ArgumentParser) -> None:

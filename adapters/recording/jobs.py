@@ -237,10 +237,10 @@ def _ingest_one(
                 "--conversation, or fork that conversation)",
                 conversation_id=home,
             )
-        events = (
-            [] if report.conversation_id is None else list(service.events(report.conversation_id))
-        )
-        version = events[-1].originator_version if events else 0
+        target = report.conversation_id
+        own = [] if target is None else list(service.events(target))
+        version = own[-1].originator_version if own else 0
+        events = own if target is None else service.history(target, own)
         stored = {e.response_id for e in events if isinstance(e, ResponseStarted)}
         history: list[tuple[str, Sequence[Event]]] = []
         if request is not None and not (started is not None and started.response_id in stored):
@@ -273,7 +273,7 @@ def replay(
     user: str | None = None,
 ) -> EncodedRequest:
     """The native request that continues the conversation on `provider`. Never writes."""
-    events = list(service.events(conversation_id))
+    events = service.history(conversation_id)
     return adapter(provider).need_encode()(events, load_config(list(cfg)), model, user)
 
 
@@ -312,7 +312,7 @@ def ask(
             if other != provider:
                 abandoned += len(service.abandon_activities(conversation_id, provider=other))
     service.add_user_input(conversation_id, [UserMessage(blocks=(text,))])
-    events = list(service.events(conversation_id))
+    events = service.history(conversation_id)
     request = provider_adapter.need_encode()(events, config, model, None)
     body = request.recorded_json()
     try:
