@@ -24,6 +24,7 @@ import msgspec
 import pytest
 
 from convstore.adapters.recording import jobs
+from convstore.adapters.terminal import transcript
 from convstore.domain import ConversationId
 from convstore.domain.errors import StorageError
 from convstore.domain.events import Event, ResponseEnded, ResponseStarted
@@ -60,7 +61,12 @@ def _same(value: Any) -> Any:
 
 
 def _reading(store: Store, conversation: ConversationId) -> Any:
-    return _same(msgspec.to_builtins(portable.load(store.service, conversation)))
+    """The portable reading and what `show` prints, without what two recordings differ in."""
+    shown = transcript.transcript(store.service.history(conversation))
+    return (
+        _same(msgspec.to_builtins(portable.load(store.service, conversation))),
+        [line for line in shown if not line.startswith(("conversation ", "started "))],
+    )
 
 
 def _ingest(store: Store, provider: str, capture: Path, **options: Any) -> jobs.IngestReport:
@@ -126,7 +132,7 @@ def test_a_copy_cut_short_is_completed_by_ingesting_it_again(
             jobs.replay(store.service, cid, provider).body,
             sorted((h.kind, h.turn_id, h.snippet) for h in search.search(store, "the")),
         )
-    assert got[0] == clean[0], "the portable reading equals a clean ingest's"
+    assert got[0] == clean[0], "the portable reading and `show` equal a clean ingest's"
     assert got[1] == clean[1], "hosted spend counts the whole copy once"
     assert got[2] == clean[2], "replay rebuilds the same request"
     assert got[3] == clean[3], "search finds each piece once, in the first attempt's turn"

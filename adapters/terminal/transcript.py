@@ -35,6 +35,7 @@ from convstore.domain import (
     UnknownArtifact,
     UserMessage,
 )
+from convstore.domain.attempts import reading
 from convstore.domain.responses import ResponseOutcome
 from convstore.projections.wording import (
     activity_label,
@@ -89,10 +90,11 @@ def summary_line(summary: ConversationSummary) -> str:
 
 
 def transcript(events: Iterable[Event]) -> Iterator[str]:
-    """A conversation's events as readable lines, in order (unsanitized: render them)."""
+    """A conversation's events as readable lines, in order (unsanitized: render them);
+    each response from its newest attempt (`domain.attempts`)."""
     reader = _Transcript()
     texts: list[AssistantText] = []
-    for event in events:
+    for event in reading(events):
         if isinstance(event, AssistantText):
             texts.append(event)  # Anthropic sends one block per cited passage: join them
             continue
