@@ -52,22 +52,27 @@ from pathlib import Path
 from typing import LiteralString
 from uuid import UUID
 
+import msgspec
 import pytest
 
+from convstore.adapters.recording import jobs
+from convstore.adapters.recording.jobs import read_capture
+from convstore.adapters.wire.providers import adapter
 from convstore.domain import (
     Conversation,
     ConversationId,
     Event,
-    HostedActivity,
     ResponseEnded,
     ResponseStarted,
     UserMessage,
 )
-from convstore.projections import search
+from convstore.domain.responses import ResponseRecorder
+from convstore.projections import portable, search
 from convstore.projections.search import SearchIndex
 from convstore.projections.verify import verify, verify_conversation
 from convstore.storage import PostgresLocation, SQLiteLocation, Store, open_store, parse_location
 from convstore.storage.repository import decode_snapshot
+from tests.test_reliability_resend import _same
 from tests.test_search import index_rows
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -344,21 +349,24 @@ class Tally:
         return line
 
 
-def close_open_response(store: Store, conversation_id: UUID, response_id: str, pid: int) -> None:
-    """The next write closes the dead writer's response `abandoned`, and nothing else."""
+def complete_open_response(
+    store: Store, conversation_id: UUID, response_id: str, pid: int, capture: Path
+) -> None:
+    """The next write closes the dead writer's response `abandoned` (`writer_gone`), and
+    ingesting its capture again, without --conversation (scenario 26), records the whole
+    copy as attempt 2 in that conversation, read as a clean ingest of the capture reads."""
     service = store.service
     cid = ConversationId(conversation_id)
     conversation = service.get(cid)
     opened = conversation.state.open_response
     assert opened is not None and opened.response_id == response_id
     assert opened.writer is not None and opened.writer.pid == pid
-    activities = {
-        event.activity_id
-        for event in service.events(cid)
-        if isinstance(event, HostedActivity) and event.response_id == response_id
-    }
     version = conversation.version
-    service.add_user_input(cid, [UserMessage(blocks=("Are you still there?",))])
+    report = jobs.ingest(service, "anthropic", [capture])
+    assert report.conversation_id == cid, report.error
+    assert [(r.response_id, r.attempt, r.ended) for r in report.responses] == [
+        (response_id, 2, "completed")
+    ]
     first = next(service.events(cid, after=version))
     assert isinstance(first, ResponseEnded)
     assert (first.response_id, first.state, first.stop_reason, first.finish_reason) == (
@@ -367,14 +375,19 @@ def close_open_response(store: Store, conversation_id: UUID, response_id: str, p
         "writer_gone",
         "other",
     )
-    after = service.get(cid)
-    assert after.state.open_response is None
-    assert activities and all(after.state.activities[a].state == "started" for a in activities)
+    assert service.get(cid).state.open_response is None
+    clean = Conversation.start("a long response")
+    ResponseRecorder(clean, lambda _: None).record(
+        adapter("anthropic").decode(read_capture(capture), None, None)
+    )
+    assert _same(msgspec.to_builtins(portable.load(service, cid))) == _same(
+        msgspec.to_builtins(portable.fold(clean.pending))
+    )
     assert verify_conversation(store, conversation_id).intact
 
 
 def check_after_kill(
-    url: str, position: int, acknowledged: list[Ack], pid: int, tally: Tally
+    url: str, position: int, acknowledged: list[Ack], pid: int, tally: Tally, *, capture: Path
 ) -> None:
     """Scenario 8's checks on what the writer killed with `pid` left after `position`."""
     with open_store(url) as store:
@@ -401,7 +414,7 @@ def check_after_kill(
         left_open = [key for key in started if key not in ended]
         assert len(left_open) <= 1 and not keys & set(left_open), left_open
         for conversation_id, response_id in left_open:
-            close_open_response(store, conversation_id, response_id, pid)
+            complete_open_response(store, conversation_id, response_id, pid, capture)
         tally.acknowledged += len(acknowledged)
         tally.unacknowledged += len(unacknowledged)
         tally.left_open += len(left_open)
@@ -454,7 +467,9 @@ def kill_during_ingest(
         acknowledged = acks(child.lines)
         tally.count(strategy, mid_work)
         tally.before_first_write += not acknowledged
-        check_after_kill(url, position, acknowledged, child.pid, tally)
+        check_after_kill(
+            url, position, acknowledged, child.pid, tally, capture=work / "big.response.sse"
+        )
     with open_store(url) as store:
         report = verify(store)
         assert report.intact, report.breaks
@@ -466,7 +481,9 @@ def kill_during_ingest(
 
 def test_kill_during_ingest(store_url: str, tmp_path: Path) -> None:
     """Scenario 8, three trials (after N acknowledgements, between a long response's
-    transactions, inside a transaction): nothing acknowledged is lost or doubled."""
+    transactions, inside a transaction): nothing acknowledged is lost or doubled; and
+    scenario 26: the long response left open is completed by ingesting its capture again
+    (attempt 2, read as a clean ingest reads)."""
     tally = kill_during_ingest(store_url, tmp_path, QUICK, len(QUICK), seed=8)
     print(tally.line("scenario 8"))
     assert tally.trials == len(QUICK)
