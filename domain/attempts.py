@@ -24,9 +24,9 @@ from convstore.domain.events import Event, ResponseEnded, ResponseStarted, TurnE
 __all__ = ["Superseded", "reading", "superseded"]
 
 
-@dataclass(frozen=True, slots=True)
-class Superseded:
-    """An attempt the reading passes over."""
+class Superseded(msgspec.Struct, frozen=True, kw_only=True):
+    """An attempt the reading passes over: one cut short, that a later attempt of its
+    response completed."""
 
     response_id: str
     attempt: int
@@ -36,7 +36,7 @@ class Superseded:
     state: str
     """How it ended (`abandoned`), or `open`."""
     read_attempt: int
-    """The attempt read instead."""
+    """The attempt every reading uses instead."""
 
 
 @dataclass(slots=True)

@@ -36,7 +36,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from convstore.domain.attempts import reading
+from convstore.domain.attempts import Superseded, reading, superseded
 from convstore.domain.events import (
     AssistantText,
     Event,
@@ -64,14 +64,7 @@ from convstore.domain.vocabulary import (
     TurnTrigger,
     Usage,
 )
-from convstore.projections.copies import (
-    DuplicateCopy,
-    Placed,
-    SupersededCopy,
-    copy_lines,
-    duplicates,
-    passed_over,
-)
+from convstore.projections.copies import DuplicateCopy, Placed, copy_lines, duplicates
 from convstore.projections.wording import usage_counters
 
 AUDIT_SCHEMA: Final = "convstore.audit/1"
@@ -284,7 +277,7 @@ class ConversationAudit(msgspec.Struct, kw_only=True):
     """Hosted work over the whole conversation, by name."""
     flags: list[str]
     """Every flag raised anywhere in the conversation, named as in `TurnAudit.flags`."""
-    superseded: list[SupersededCopy] = []
+    superseded: list[Superseded] = []
     """Attempts cut short that a later attempt of their response completed."""
     duplicates: list[DuplicateCopy] = []
     """Copies of provider responses the store's index places in another conversation."""
@@ -309,7 +302,7 @@ class AuditFold:
         self.payloads: list[PayloadEntry] = []
         self.open_turn: TurnId | None = None
         self.open_response: ResponseId | None = None
-        self.superseded: list[SupersededCopy] = []
+        self.superseded: list[Superseded] = []
 
     def apply(self, event: Event) -> None:
         """Fold one event in."""
@@ -325,7 +318,7 @@ class AuditFold:
             self._count(event)
         for event in reading(log):
             self._read(event)
-        self.superseded.extend(passed_over(log))
+        self.superseded.extend(superseded(log))
         return self
 
     def _count(self, event: Event) -> None:

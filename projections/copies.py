@@ -1,7 +1,8 @@
 """The copies of responses a reading passes over, for the audit.
 
 - **superseded**: an attempt cut short that a later attempt of the same response completed
-  (scenario 26; `domain.attempts`). The log keeps it; every reading uses the later one.
+  (scenario 26; `domain.attempts.superseded`). The log keeps it; every reading uses the
+  later one.
 - **duplicates**: a provider response this conversation holds although the store's index
   places it in another conversation (scenario 27). Stores written before the index
   (`0002_responses`) may hold such copies: the migration indexed the first one in the log
@@ -18,27 +19,14 @@ from uuid import UUID
 
 import msgspec
 
-from convstore.domain.attempts import superseded
+from convstore.domain.attempts import Superseded
 from convstore.domain.events import Event, ResponseStarted
 
-__all__ = ["DuplicateCopy", "Placed", "SupersededCopy", "copy_lines", "duplicates", "passed_over"]
+__all__ = ["DuplicateCopy", "Placed", "copy_lines", "duplicates"]
 
 Placed: TypeAlias = Callable[[ResponseStarted], tuple[UUID, int] | None]
 """Where the store's index places an attempt of a provider response: its (conversation,
 version), or None when it indexes none (the repository's `placed`)."""
-
-
-class SupersededCopy(msgspec.Struct, frozen=True, kw_only=True):
-    """An attempt cut short, completed by a later attempt of its response."""
-
-    response_id: str
-    attempt: int
-    first_version: int
-    last_version: int
-    state: str
-    """How it ended (`abandoned`), or `open`."""
-    read_attempt: int
-    """The attempt every reading uses instead."""
 
 
 class DuplicateCopy(msgspec.Struct, frozen=True, kw_only=True):
@@ -51,21 +39,6 @@ class DuplicateCopy(msgspec.Struct, frozen=True, kw_only=True):
     stored_in: str
     """The conversation the store's index places it in."""
     stored_at: int
-
-
-def passed_over(events: Iterable[Event]) -> list[SupersededCopy]:
-    """The attempts the conversation's readings pass over."""
-    return [
-        SupersededCopy(
-            response_id=s.response_id,
-            attempt=s.attempt,
-            first_version=s.first_version,
-            last_version=s.last_version,
-            state=s.state,
-            read_attempt=s.read_attempt,
-        )
-        for s in superseded(events)
-    ]
 
 
 def duplicates(events: Iterable[Event], placed: Placed) -> list[DuplicateCopy]:
@@ -90,7 +63,7 @@ def duplicates(events: Iterable[Event], placed: Placed) -> list[DuplicateCopy]:
 
 
 def copy_lines(
-    passed: list[SupersededCopy], duplicated: list[DuplicateCopy], one: Callable[[str], str]
+    passed: list[Superseded], duplicated: list[DuplicateCopy], one: Callable[[str], str]
 ) -> Iterator[str]:
     """Readable lines (`one` makes an untrusted string one line)."""
     for copy in passed:

@@ -65,6 +65,26 @@ _INITIAL_SQLITE: Final = (
     " PRIMARY KEY (application_name, notification_id)) WITHOUT ROWID",
 )
 
+_APPEND_TAIL: Final = (
+    "  IF p_snapshot_id IS NOT NULL THEN\n"
+    "    INSERT INTO {s}.snapshots VALUES (p_snapshot_id, p_snapshot_version, p_snapshot_state)\n"
+    "    ON CONFLICT (originator_id) DO UPDATE\n"
+    "    SET version = EXCLUDED.version, state = EXCLUDED.state;\n"
+    "  END IF;\n"
+    "  IF p_tracking_name IS NOT NULL THEN\n"
+    "    INSERT INTO {s}.tracking VALUES (p_tracking_name, p_tracking_id)\n"
+    "    ON CONFLICT (application_name) DO UPDATE SET notification_id = EXCLUDED.notification_id\n"
+    "    WHERE tracking.notification_id < EXCLUDED.notification_id;\n"
+    "    IF NOT FOUND THEN\n"
+    "      RAISE unique_violation USING MESSAGE = format('%s already processed a'\n"
+    "        ' notification at or after %s', p_tracking_name, p_tracking_id);\n"
+    "    END IF;\n"
+    "  END IF;\n"
+    "END\n"
+    "$$"
+)
+"""The append functions' end: the snapshot and the tracking record (both versions')."""
+
 _INITIAL_POSTGRES: Final = (
     "CREATE TABLE IF NOT EXISTS {s}.topics ("
     " id integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY, topic text NOT NULL UNIQUE)",
@@ -91,22 +111,7 @@ _INITIAL_POSTGRES: Final = (
     "  PERFORM pg_notify({channel}, '');\n"
     "  RETURN QUERY INSERT INTO {s}.events (originator_id, originator_version, topic, state)\n"
     "    SELECT * FROM unnest(p_ids, p_versions, p_topics, p_states) RETURNING id;\n"
-    "  IF p_snapshot_id IS NOT NULL THEN\n"
-    "    INSERT INTO {s}.snapshots VALUES (p_snapshot_id, p_snapshot_version, p_snapshot_state)\n"
-    "    ON CONFLICT (originator_id) DO UPDATE\n"
-    "    SET version = EXCLUDED.version, state = EXCLUDED.state;\n"
-    "  END IF;\n"
-    "  IF p_tracking_name IS NOT NULL THEN\n"
-    "    INSERT INTO {s}.tracking VALUES (p_tracking_name, p_tracking_id)\n"
-    "    ON CONFLICT (application_name) DO UPDATE SET notification_id = EXCLUDED.notification_id\n"
-    "    WHERE tracking.notification_id < EXCLUDED.notification_id;\n"
-    "    IF NOT FOUND THEN\n"
-    "      RAISE unique_violation USING MESSAGE = format('%s already processed a'\n"
-    "        ' notification at or after %s', p_tracking_name, p_tracking_id);\n"
-    "    END IF;\n"
-    "  END IF;\n"
-    "END\n"
-    "$$",
+    + _APPEND_TAIL,
 )
 
 _RESPONSE_STARTED: Final = "'convstore.domain.events:ResponseStarted'"
@@ -173,22 +178,7 @@ _RESPONSES_POSTGRES: Final = (
     "  END IF;\n"
     "  RETURN QUERY INSERT INTO {s}.events (originator_id, originator_version, topic, state)\n"
     "    SELECT * FROM unnest(p_ids, p_versions, p_topics, p_states) RETURNING id;\n"
-    "  IF p_snapshot_id IS NOT NULL THEN\n"
-    "    INSERT INTO {s}.snapshots VALUES (p_snapshot_id, p_snapshot_version, p_snapshot_state)\n"
-    "    ON CONFLICT (originator_id) DO UPDATE\n"
-    "    SET version = EXCLUDED.version, state = EXCLUDED.state;\n"
-    "  END IF;\n"
-    "  IF p_tracking_name IS NOT NULL THEN\n"
-    "    INSERT INTO {s}.tracking VALUES (p_tracking_name, p_tracking_id)\n"
-    "    ON CONFLICT (application_name) DO UPDATE SET notification_id = EXCLUDED.notification_id\n"
-    "    WHERE tracking.notification_id < EXCLUDED.notification_id;\n"
-    "    IF NOT FOUND THEN\n"
-    "      RAISE unique_violation USING MESSAGE = format('%s already processed a'\n"
-    "        ' notification at or after %s', p_tracking_name, p_tracking_id);\n"
-    "    END IF;\n"
-    "  END IF;\n"
-    "END\n"
-    "$$",
+    + _APPEND_TAIL,
 )
 
 MIGRATIONS: Final[tuple[Migration, ...]] = (
