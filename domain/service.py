@@ -202,7 +202,8 @@ class ConversationService:
         labels: Iterable[str] = (),
     ) -> ConversationId:
         """Start a conversation going on from `conversation_id` at version `at` (of its
-        reading: a fork's reading numbers its parent's events first): it records that
+        reading: a fork's reading numbers its parent's events first), titled `title` or
+        else as the parent is: it records that
         reference, never a copy of the events; its readings (`history`) fold the parent up
         to `at`, then its own events. Raises InvariantViolation (nothing written) for a
         version the conversation does not have or one inside a response."""
@@ -213,6 +214,9 @@ class ConversationService:
                 f"conversation {conversation_id} reads as versions 1 to {newest}; there is "
                 f"no version {at} to fork at"
             )
+        started = history[0]
+        if not title and isinstance(started, Started):
+            title = started.title  # the parent's, unless another is given
         state = self.repository.state_at(conversation_id, at)
         fork = Conversation.fork(state, parent=conversation_id, at=at, title=title, labels=labels)
         self.repository.save(fork)

@@ -115,6 +115,7 @@ def test_a_fork_of_a_fork_reads_through_both(store_url: str) -> None:
             e.originator_version for e in store.service.events(parent) if isinstance(e, UserMessage)
         )
         earlier = store.service.fork(fork, at=question)
+        assert portable.load(store.service, earlier).title == "parent"  # its parent's
         assert store.service.history(earlier)[-1].originator_version == question
         assert isinstance(store.service.history(earlier)[-1], UserMessage)
 

@@ -194,7 +194,7 @@ def _fork_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="VERSION",
         help="the version to go on from (as `show` numbers it; outside a response)",
     )
-    parser.add_argument("--title", help="the new conversation's title")
+    parser.add_argument("--title", help="the new conversation's title (default: the parent's)")
     json_flag(parser)
 
 
