@@ -7,9 +7,11 @@ search, the audit's spend, replay) reads the newest attempt *at the position of 
 first*, and no other attempt; the audit lists the ones passed over (`superseded`).
 
 The later copy usually comes in a turn of its own, started only to hold it (the first
-copy's turn ended when it was cut short). The reading then closes the first copy's turn
-as that turn closed, and leaves the empty turn out, so a conversation completed by
-re-sending reads as if it had been recorded whole.
+copy's turn ended when it was cut short). The reading then goes on in the first copy's
+turn: it leaves out the end the cut gave that turn and the start of the later one, whose
+end (if it has one yet) ends the first's; a turn a passed-over attempt filled alone is
+left out. So a conversation completed by re-sending reads as if it had been recorded
+whole, and so does what was recorded after it.
 """
 
 from __future__ import annotations
@@ -79,17 +81,16 @@ def reading(events: Iterable[Event]) -> list[Event]:
     put: dict[int, tuple[_Span, _Span]] = {}
     """A first attempt's start index → (that attempt, the attempt read in its place)."""
     skipped: set[int] = set()
-    turn_end: dict[int, Event] = {}
+    renamed: dict[str, str] = {}
+    """Turns merged into the first attempt's turn: their id → that turn's."""
     for attempts in spans.values():
         first, read = attempts[0], attempts[-1]
         put[first.start] = (first, read)
         for later in attempts[1:]:
             skipped.update(range(later.start, later.stop))
-            closed = _own_turn(log, later, skipped)
-            if later is read and closed is not None and _ends_turn(log, first):
-                turn_end[first.stop] = msgspec.structs.replace(
-                    log[first.stop], state=closed.state, reason=closed.reason
-                )
+            if later is not read:
+                _skip_own_turn(log, later, skipped)
+        _merge_turn(log, first, read, skipped, renamed)
     out: list[Event] = []
     index = 0
     while index < len(log):
@@ -100,32 +101,43 @@ def reading(events: Iterable[Event]) -> list[Event]:
             index = first.stop
             continue
         if index not in skipped:
-            out.append(turn_end.get(index, log[index]))
+            event = log[index]
+            if isinstance(event, TurnEnded) and event.turn_id in renamed:
+                event = msgspec.structs.replace(event, turn_id=renamed[event.turn_id])
+            out.append(event)
         index += 1
     return out
 
 
-def _own_turn(log: Sequence[Event], span: _Span, skipped: set[int]) -> TurnEnded | None:
-    """When `span` fills a turn of its own (started only to hold it), skip that turn's
-    start and end, and return the end."""
-    before, after = span.start - 1, span.stop
-    if before < 0 or after >= len(log):
-        return None
-    opened, closed = log[before], log[after]
-    if (
-        isinstance(opened, TurnStarted)
-        and opened.trigger == "continuation"
-        and isinstance(closed, TurnEnded)
-        and closed.turn_id == opened.turn_id
-    ):
-        skipped.update((before, after))
-        return closed
+def _opened_for(log: Sequence[Event], span: _Span) -> TurnStarted | None:
+    """The turn started only to hold `span` (a continuation just before it), if any."""
+    before = span.start - 1
+    opened = log[before] if before >= 0 else None
+    if isinstance(opened, TurnStarted) and opened.trigger == "continuation":
+        return opened
     return None
 
 
-def _ends_turn(log: Sequence[Event], span: _Span) -> bool:
-    """Whether the event after `span` ends the turn it is in."""
-    return span.stop < len(log) and isinstance(log[span.stop], TurnEnded)
+def _skip_own_turn(log: Sequence[Event], span: _Span, skipped: set[int]) -> None:
+    """Leave out the turn a passed-over attempt filled alone (its start and its end)."""
+    opened = _opened_for(log, span)
+    closed = log[span.stop] if span.stop < len(log) else None
+    if opened is not None and isinstance(closed, TurnEnded) and closed.turn_id == opened.turn_id:
+        skipped.update((span.start - 1, span.stop))
+
+
+def _merge_turn(
+    log: Sequence[Event], first: _Span, read: _Span, skipped: set[int], renamed: dict[str, str]
+) -> None:
+    """When the first attempt's turn ended with it and the attempt read opened a turn of
+    its own, the reading goes on in the first attempt's turn: that end and that start are
+    left out, and the later turn's end (if any) ends the first's."""
+    opened = _opened_for(log, read)
+    ended = log[first.stop] if first.stop < len(log) else None
+    if opened is None or not isinstance(ended, TurnEnded):
+        return
+    skipped.update((read.start - 1, first.stop))
+    renamed[opened.turn_id] = ended.turn_id
 
 
 def superseded(events: Iterable[Event]) -> list[Superseded]:

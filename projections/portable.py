@@ -412,9 +412,12 @@ def fold(events: Iterable[Event], interpret: Interpret | None = None) -> Portabl
     """The portable reading of one conversation's events, in version order; `interpret`
     reads what the provider's adapter types out of payloads (notices, sources). Each
     response is read from its newest attempt (`domain.attempts`)."""
+    log = events if isinstance(events, list) else list(events)
     reader = PortableFold(interpret)
-    for event in reading(events):
+    for event in reading(log):
         reader.add(event)
+    if log:  # as of the newest event, though the reading may leave it out
+        reader.conversation.version = max(reader.conversation.version, log[-1].originator_version)
     return reader.conversation
 
 

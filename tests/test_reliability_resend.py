@@ -268,3 +268,46 @@ def test_a_killed_ingest_is_recovered_by_ingesting_again_through_the_cli(
         report = jobs.ingest(store.service, "anthropic", [capture], title="resend")
         assert report.conversation_id is not None
         assert _reading(store, report.conversation_id) == resent
+
+
+def test_a_completed_copy_is_continued_like_a_clean_one(store_url: str, tmp_path: Path) -> None:
+    """Scenario 26: after a cut copy is completed by re-sending, the next exchange's
+    request is compared with the reading (not with the cut copy), so it ingests as it
+    does after a clean ingest; a fork at the end of the completed response reads as the
+    clean conversation there (its turn open, no empty turn); the fork already holds the
+    response it inherited, and the whole reading is as of the log's newest event."""
+    folder = EXAMPLES / "anthropic" / "thinking_tool_roundtrip"
+    first, second = folder / "1.response.sse", folder / "2.response.json"
+    requests = [(folder / f"{n}.request.json").read_bytes() for n in (1, 2)]
+    cut = tmp_path / "cut.sse"
+    cut.write_bytes(_cut(first.read_bytes(), 0.6))
+
+    def exchanges(store: Store, captures: list[Path]) -> ConversationId:
+        cid: ConversationId | None = None
+        for capture, request in zip(
+            captures, [requests[0]] * (len(captures) - 1) + [requests[1]], strict=True
+        ):
+            report = jobs.ingest(
+                store.service, "anthropic", [capture], request=request, title="t",
+                conversation_id=cid,
+            )  # fmt: skip
+            assert report.error is None or capture == cut, report.error
+            cid = report.conversation_id
+        assert cid is not None
+        return cid
+
+    with open_store(str(tmp_path / "clean.db")) as store:
+        clean = _reading(store, exchanges(store, [first, second]))
+    with open_store(store_url) as store:
+        cid = exchanges(store, [cut, first, second])
+        assert _reading(store, cid) == clean
+        log = _events(store, cid)
+        assert portable.load(store.service, cid).version == log[-1].originator_version
+        ended = [e for e in log if isinstance(e, ResponseEnded) and e.state == "completed"]
+        fork = store.service.fork(cid, at=ended[0].originator_version)
+        turns = portable.load(store.service, fork).turns
+        assert [(t.id, t.state) for t in turns] == [("turn-1", None)]
+        inherited = jobs.ingest(
+            store.service, "anthropic", [first], request=requests[0], conversation_id=fork
+        )
+        assert [r.already_stored for r in inherited.responses] == [True], inherited.error

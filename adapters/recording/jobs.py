@@ -23,6 +23,7 @@ from convstore.adapters.config.loading import load_config
 from convstore.adapters.http.codings import inflate
 from convstore.adapters.http.errors import ProviderHTTPError
 from convstore.adapters.wire.providers import PROVIDERS, EncodedRequest, ProviderAdapter, adapter
+from convstore.domain.attempts import reading
 from convstore.domain.errors import (
     ConcurrencyConflict,
     DecodeError,
@@ -230,21 +231,21 @@ def _ingest_one(
         home = None if started is None else service.locate(started)
         if started is not None and home is not None and report.conversation_id is None:
             report.conversation_id = home
-        elif started is not None and home is not None and home != report.conversation_id:
+        target = report.conversation_id
+        own = [] if target is None else list(service.events(target))
+        version = own[-1].originator_version if own else 0
+        events = own if target is None else service.history(target, own)
+        stored = {e.response_id for e in events if isinstance(e, ResponseStarted)}
+        if started is not None and home not in (None, target) and started.response_id not in stored:
             raise ResponseStoredElsewhere(
                 f"response {started.response_id!r} is already stored in conversation {home}, "
                 f"not in {report.conversation_id}; nothing was written (ingest it without "
                 "--conversation, or fork that conversation)",
                 conversation_id=home,
             )
-        target = report.conversation_id
-        own = [] if target is None else list(service.events(target))
-        version = own[-1].originator_version if own else 0
-        events = own if target is None else service.history(target, own)
-        stored = {e.response_id for e in events if isinstance(e, ResponseStarted)}
         history: list[tuple[str, Sequence[Event]]] = []
         if request is not None and not (started is not None and started.response_id in stored):
-            messages = provider.need_history()(events, request)
+            messages = provider.need_history()(reading(events), request)
             history = [(message.role, message.drafts) for message in messages]
         try:
             report.conversation_id, outcome = service.ingest_exchange(
