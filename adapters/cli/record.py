@@ -192,7 +192,8 @@ def _fork_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_number,
         required=True,
         metavar="VERSION",
-        help="the version to go on from (as `show` numbers it; outside a response)",
+        help="the version to go on from (an originator_version of `show ID --json`, outside a"
+        " response)",
     )
     parser.add_argument("--title", help="the new conversation's title (default: the parent's)")
     json_flag(parser)
