@@ -76,8 +76,6 @@ class ResponseRecorder:
         copy of it); by default those still pending in memory."""
 
     def _pending_from(self, version: int) -> Iterable[Event]:
-        if version == 0:  # stored in the conversation a fork came from
-            return []
         return [e for e in self.conversation.pending if e.originator_version >= version]
 
     def record(self, drafts: Iterable[Event], *, writer: Writer | None = None) -> ResponseOutcome:
@@ -94,7 +92,9 @@ class ResponseRecorder:
         attempt = 1
         stored = self.conversation.state.responses.get(response_id)
         if stored is not None:
-            taken = judge_copy(started, drafts, stored, self.stored_events(stored.version))
+            # Version 0: stored in the conversation a fork came from, not readable here.
+            copy = self.stored_events(stored.version) if stored.version else ()
+            taken = judge_copy(started, drafts, stored, copy)
             if taken is None:
                 return ResponseOutcome(
                     response_id=response_id,

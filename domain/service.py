@@ -345,8 +345,6 @@ class ConversationService:
         """The conversation's events from a version on: those stored, then those pending."""
 
         def from_version(version: int) -> Iterator[Event]:
-            if version == 0:  # stored in the conversation a fork came from
-                return
             pending = conversation.pending
             saved = conversation.version - len(pending)
             if version <= saved:
