@@ -9,7 +9,8 @@ the request the start recorded, without transport-only fields (`stream`,
 and, where both were ingested with their request (`-` marks none), their request parts
 too. Payloads are digested canonically: the JSON they hold with object keys sorted, so a
 response that arrives streamed and not, or re-serialized, has one digest. Left out: the
-envelope (ids, versions, times, hashes) and the writer.
+envelope (ids, versions, times, hashes), the writer, the attempt and why we ended it
+(`end_reason`).
 
 Version 1 (bare hex, written before version 2) covered the portable content only: no
 payloads, no end. A response stored under it is compared by recomputing version 1 over
@@ -51,6 +52,7 @@ _ENVELOPE: Final = frozenset(
         "writer",
         "digest",
         "attempt",
+        "end_reason",
     }
 )
 _V1_LEFT_OUT: Final = _ENVELOPE | {"payload", "replay", "settings"}

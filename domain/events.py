@@ -123,6 +123,9 @@ class ResponseEnded(Event, frozen=True, kw_only=True, tag=True):
     error: ErrorInfo | None = None
     digest: str = ""
     """A digest of the response's content, so a re-ingested response id can be compared."""
+    end_reason: str = ""
+    """Why we, not the provider, ended it: `interrupted` (SIGINT or SIGTERM while it
+    streamed; what arrived is kept). Empty when the stream itself ended it."""
 
 
 class AssistantText(Event, frozen=True, kw_only=True, tag=True):

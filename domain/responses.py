@@ -3,11 +3,13 @@
 A provider decoder yields `ResponseStarted`, one draft per closed block, then
 `ResponseEnded`. This module records them: in one transaction when they fit the buffer
 bound, otherwise in consecutive transactions at block boundaries, so memory stays flat
-and no reader sees half an event. It also makes ingestion idempotent (a response id
-already stored is judged against the copy stored by `domain.copies`: already stored, the
-next attempt of a copy cut short, or a conflict; never overwritten) and refuses an event
-over `max_event_bytes` by ending the response `failed` (`too_large`), keeping what came
-before.
+and no reader sees half an event. A live stream (a person watching) passes `ready`: the
+recorder then also commits at each block boundary where no further draft is ready yet,
+so what arrived is stored while it streams, in as few commits as the writer can keep up
+with. It also makes ingestion idempotent (a response id already stored is judged against
+the copy stored by `domain.copies`: already stored, the next attempt of a copy cut
+short, or a conflict; never overwritten) and refuses an event over `max_event_bytes` by
+ending the response `failed` (`too_large`), keeping what came before.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from convstore.domain.vocabulary import EndState, ErrorInfo, ResponseId, Writer
 DEFAULT_FLUSH_BYTES: Final = 4 * 1024 * 1024
 """Buffer bound: a response's events are committed together while they fit in it."""
 
-_CONTINUES: Final = frozenset({"tool_use", "pause"})
+CONTINUES: Final = frozenset({"tool_use", "pause"})
 """Finish reasons after which the turn goes on (tool results, a paused-turn continuation)."""
 
 ENVELOPE_BYTES: Final = 512
@@ -66,6 +68,8 @@ class ResponseRecorder:
         flush_bytes: int = DEFAULT_FLUSH_BYTES,
         max_event_bytes: int | None = None,
         stored_events: Callable[[int], Iterable[Event]] | None = None,
+        ready: Callable[[], bool] | None = None,
+        continues: frozenset[str] = CONTINUES,
     ) -> None:
         self.conversation = conversation
         self.save = save
@@ -74,6 +78,11 @@ class ResponseRecorder:
         self.stored_events = stored_events or self._pending_from
         """The conversation's events from a version on (a stored response's, to judge a
         copy of it); by default those still pending in memory."""
+        self.ready = ready
+        """Whether a further draft is ready now; when it says no at a block boundary, what
+        is pending is committed (a live stream). None: commit only at the buffer bound."""
+        self.continues = continues
+        """Finish reasons after which the turn stays open for the next response."""
 
     def _pending_from(self, version: int) -> Iterable[Event]:
         return [e for e in self.conversation.pending if e.originator_version >= version]
@@ -113,6 +122,8 @@ class ResponseRecorder:
                 TurnStarted(turn_id=self.conversation.next_turn_id(), trigger="continuation")
             )
         self.conversation.record(msgspec.structs.replace(started, writer=writer, attempt=attempt))
+        if self.ready is not None and not self.ready():
+            self.save(self.conversation)  # live: the response is open in the store at once
         try:
             end = self._record_blocks(drafts, digest, response_id)
         except ConvstoreError as error:  # the decoder failed mid-stream: keep what arrived
@@ -125,7 +136,9 @@ class ResponseRecorder:
         digest.add(end)
         self.conversation.record(msgspec.structs.replace(end, digest=digest.value()))
         turn = self.conversation.state.open_turn
-        if turn is not None and (end.state != "completed" or end.finish_reason not in _CONTINUES):
+        if turn is not None and (
+            end.state != "completed" or end.finish_reason not in self.continues
+        ):
             # The assistant yielded (or the response broke off): the turn is over.
             self.conversation.record(TurnEnded(turn_id=turn, state=end.state))
         self.save(self.conversation)
@@ -169,7 +182,7 @@ class ResponseRecorder:
             # block meanwhile, and this one's text must not stay alive beside it.
             del draft
             pending_bytes += size
-            if pending_bytes >= self.flush_bytes:
+            if pending_bytes >= self.flush_bytes or (self.ready is not None and not self.ready()):
                 self.save(self.conversation)
                 pending_bytes = 0
         return ResponseEnded(response_id=response_id, state="abandoned", stop_reason="stream_ended")

@@ -26,7 +26,7 @@ from convstore.domain.events import (
     TurnStarted,
     UserMessage,
 )
-from convstore.domain.responses import ResponseOutcome, ResponseRecorder
+from convstore.domain.responses import CONTINUES, ResponseOutcome, ResponseRecorder
 from convstore.domain.vocabulary import ActivityId, ConversationId, Writer
 from convstore.domain.writers import (
     DEFAULT_STALE_AFTER,
@@ -136,16 +136,25 @@ class ConversationService:
         self.repository.save(conversation)
         return recorded
 
-    def ingest(self, conversation_id: ConversationId, drafts: Iterable[Event]) -> ResponseOutcome:
+    def ingest(
+        self,
+        conversation_id: ConversationId,
+        drafts: Iterable[Event],
+        *,
+        ready: Callable[[], bool] | None = None,
+        continues: frozenset[str] = CONTINUES,
+    ) -> ResponseOutcome:
         """Record one provider response from its drafts (ResponseStarted first), as it streams.
 
         Idempotent by response id: a stored response with the same content is reported
         `already_stored`; with other content it raises ResponseConflict. What arrived is
-        committed even when the response ends `failed` or `abandoned`.
+        committed even when the response ends `failed` or `abandoned`. `ready` and
+        `continues`: the recorder's (see `ResponseRecorder`).
         """
         conversation = self.repository.load(conversation_id)
         self._close_dead_response(conversation)
-        return self._recorder(conversation).record(drafts, writer=self.writer)
+        recorder = self._recorder(conversation, ready=ready, continues=continues)
+        return recorder.record(drafts, writer=self.writer)
 
     def ingest_exchange(
         self,
@@ -155,6 +164,9 @@ class ConversationService:
         *,
         at_version: int = 0,
         title: str = "",
+        ready: Callable[[], bool] | None = None,
+        continues: frozenset[str] = CONTINUES,
+        start_as: ConversationId | None = None,
     ) -> tuple[ConversationId, ResponseOutcome]:
         """Record a request's messages the conversation lacks, then its response, with
         the history and the response's first batch in one transaction.
@@ -165,9 +177,11 @@ class ConversationService:
         two ingests of one exchange never record its history twice. Without a
         conversation, one is started (titled `title`) in that same first transaction, so
         an ingest refused (`ResponseStoredElsewhere` included) leaves none behind.
+        `ready` and `continues`: the recorder's (see `ResponseRecorder`); `start_as`: the
+        id of the conversation started (default: a new one).
         """
         if conversation_id is None:
-            conversation = Conversation.start(title)
+            conversation = Conversation.start(title, conversation_id=start_as)
         else:
             conversation = self.repository.load(conversation_id)
             if conversation.version != at_version:
@@ -188,7 +202,8 @@ class ConversationService:
                 held.record(message, writer=self.writer)
             else:
                 _record_user_input(conversation, list(message))
-        outcome = self._recorder(conversation).record(drafts, writer=self.writer)
+        recorder = self._recorder(conversation, ready=ready, continues=continues)
+        outcome = recorder.record(drafts, writer=self.writer)
         if conversation.pending:  # the history alone: the response was stored already
             self.repository.save(conversation)
         return conversation.id, outcome
@@ -333,12 +348,20 @@ class ConversationService:
 
     # --- internals --------------------------------------------------------------------------
 
-    def _recorder(self, conversation: Conversation) -> ResponseRecorder:
+    def _recorder(
+        self,
+        conversation: Conversation,
+        *,
+        ready: Callable[[], bool] | None = None,
+        continues: frozenset[str] = CONTINUES,
+    ) -> ResponseRecorder:
         return ResponseRecorder(
             conversation,
             self.repository.save,
             max_event_bytes=self.max_event_bytes,
             stored_events=self._stored_events(conversation),
+            ready=ready,
+            continues=continues,
         )
 
     def _stored_events(self, conversation: Conversation) -> Callable[[int], Iterator[Event]]:

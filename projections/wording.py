@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from convstore.adapters.terminal.render import one_line, shorten, to_json
 
@@ -32,6 +32,28 @@ def activity_label(name: str, input: Mapping[str, Any]) -> str:
     elif input:
         label += f" {shorten(to_json(input), 200)}"
     return label
+
+
+_SPEND_WORDS: Final = {
+    "web_search": ("search", "searches"),
+    "web_fetch": ("fetch", "fetches"),
+    "code_execution": ("code run", "code runs"),
+    "file_search": ("file search", "file searches"),
+    "url_context": ("page read", "pages read"),
+}
+
+
+def hosted_spend(names: Iterable[str]) -> str:
+    """`2 searches, 1 code run`: hosted activities counted by capability name, one count
+    per activity, in the order first seen (empty for none)."""
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    parts = []
+    for name, count in counts.items():
+        one, many = _SPEND_WORDS.get(name, (one_line(name).replace("_", " "), ""))
+        parts.append(f"{count} {one if count == 1 else many or one}")
+    return ", ".join(parts)
 
 
 class LocationLike(Protocol):

@@ -13,6 +13,7 @@ from convstore.adapters.anthropic.decode import detect_and_decode
 from convstore.adapters.anthropic.encode import EncodedRequest, encode_request
 from convstore.adapters.anthropic.history import history_drafts, recorded_prefix
 from convstore.adapters.anthropic.notices import interpret
+from convstore.adapters.anthropic.preview import preview
 from convstore.adapters.wire.providers import EncodedRequest as AnyEncodedRequest
 from convstore.adapters.wire.providers import (
     MessageDrafts,
@@ -45,4 +46,7 @@ ADAPTER = ProviderAdapter(
     encode=encode_with_config(AnthropicConfig.from_config, encode_request),
     send=_send,
     interpret=interpret,
+    preview=preview,
+    configure=AnthropicConfig.from_config,
+    continues_prefill=True,
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 from pathlib import Path
 
 import msgspec
@@ -12,14 +13,17 @@ from convstore.adapters.cli.registry import (
     Session,
     cfg_flag,
     command,
+    error_detail,
     json_flag,
     positive_number,
     provider_name,
     read_file,
 )
-from convstore.adapters.recording import jobs
+from convstore.adapters.recording import asking, jobs
 from convstore.adapters.terminal import render, transcript
-from convstore.domain import AssistantText, ConversationId, ResponseStarted, parse_conversation_id
+from convstore.adapters.terminal.live import LiveView
+from convstore.domain import ConversationId, ResponseStarted, parse_conversation_id
+from convstore.domain.errors import ConvstoreError
 
 
 def _ingest_arguments(parser: argparse.ArgumentParser) -> None:
@@ -135,42 +139,86 @@ def _ask_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--conversation", metavar="ID", help="continue this conversation")
     parser.add_argument("--model", help="the model (default: configured or recorded)")
     parser.add_argument("--title", help="the title of a new conversation")
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument("--quiet", action="store_true", help="print only the answer")
+    shown.add_argument(
+        "--show-reasoning", action="store_true", help="show all reasoning (default: its first line)"
+    )
+    parser.add_argument(
+        "--continue-on-length",
+        action="store_true",
+        help="continue an answer cut at its token limit, where the provider can (anthropic)",
+    )
     cfg_flag(parser)
     json_flag(parser)
 
 
 @command("ask", "ask a provider and record its response as it streams", _ask_arguments)
 def ask(args: argparse.Namespace, session: Session) -> int:
-    """Exit 0, or 3 when the response ended failed or abandoned (what arrived is kept)."""
+    """The answer as it streams; exit 0, 3 when the last response ended failed or
+    abandoned (what arrived is kept), 130 or 143 when a signal stopped it (what arrived is
+    recorded first). Refused (exit 2) before anything is sent or written."""
     conversation = parse_conversation_id(args.conversation) if args.conversation else None
-    provider = args.provider or _recorded_provider(session, conversation) or "anthropic"
-    report = jobs.ask(
-        session.service,
-        provider,
-        args.text,
-        conversation_id=conversation,
-        cfg=args.cfg,
-        model=args.model,
-        title=args.title,
+    view = (
+        None
+        if args.json
+        else LiveView(session.out, show_reasoning=args.show_reasoning, quiet=args.quiet)
     )
-    if args.json:
-        session.out.json(
-            {
-                "conversation_id": str(report.conversation_id),
-                "response": msgspec.to_builtins(report.response),
-                "abandoned_activities": report.abandoned,
-            }
+    try:
+        provider = args.provider or _recorded_provider(session, conversation) or "anthropic"
+        report = asking.ask(
+            session.service,
+            provider,
+            args.text,
+            conversation_id=conversation,
+            cfg=args.cfg,
+            model=args.model,
+            title=args.title,
+            watcher=view,
+            continue_on_length=args.continue_on_length,
         )
-    else:
-        session.out.line(f"conversation {report.conversation_id}")
-        session.out.line(transcript.outcome_line(report.response))
-        events = session.service.events(report.conversation_id, after=0)
-        answer = [
-            e
-            for e in events
-            if isinstance(e, AssistantText) and e.response_id == report.response.response_id
-        ]
-        session.out.lines(transcript.transcript(answer))
+    except ConvstoreError as error:
+        if args.json:
+            session.out.json(
+                {
+                    "conversation_id": None,
+                    "responses": [],
+                    "error": str(error),
+                    "error_detail": error_detail(error),
+                }
+            )
+        raise
+    for note in report.notes:
+        session.err.line(f"{PROG}: note: {render.one_line(note)}")
+    failure = report.error
+    if failure is not None:
+        status = f"HTTP {failure.status} " if failure.status is not None else ""
+        session.err.line(
+            f"{PROG}: {provider} answered {status}{render.one_line(failure.type)}: "
+            f"{render.shorten(failure.message, 500)}"
+        )
+    if args.json:
+        data: dict[str, object] = {
+            "conversation_id": str(report.conversation_id),
+            "response": msgspec.to_builtins(report.response),
+            "responses": [msgspec.to_builtins(outcome) for outcome in report.responses],
+            "abandoned_activities": report.abandoned,
+        }
+        if report.interrupted is not None:
+            data["interrupted"] = signal.Signals(report.interrupted).name
+        if failure is not None:
+            status = f"HTTP {failure.status} " if failure.status is not None else ""
+            data["error"] = f"{status}{failure.type}: {failure.message}"
+            data["error_detail"] = {
+                "type": failure.type,
+                "message": failure.message,
+                "status": failure.status,
+            }
+        session.out.json(data)
+    if report.interrupted is not None:
+        stopped = "interrupted" if report.interrupted == signal.SIGINT else "terminated"
+        session.err.line(f"{PROG}: {stopped}; what arrived is recorded")
+        return 128 + report.interrupted
     return 0 if report.response.ended == "completed" else 3
 
 

@@ -83,6 +83,11 @@ class Session:
             self._store = None
 
 
+def error_detail(error: BaseException) -> dict[str, object]:
+    """`error_detail` of a command's `--json` failure: the error's `type` and `message`."""
+    return {"type": type(error).__name__, "message": str(error)}
+
+
 Run = Callable[[argparse.Namespace, Session], int]
 
 

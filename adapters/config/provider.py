@@ -24,6 +24,7 @@ __all__ = [
     "ProviderConfig",
     "UserLocation",
     "check_http_url",
+    "explain",
     "is_loopback",
 ]
 
@@ -92,7 +93,7 @@ class ProviderConfig(ConfigBlock, frozen=True, kw_only=True):
         try:
             config = msgspec.convert(dict(block), cls)
         except msgspec.ValidationError as error:
-            raise ConfigurationError(_explain(str(error), f"providers.{cls.provider}")) from None
+            raise ConfigurationError(explain(str(error), f"providers.{cls.provider}")) from None
         config.check()
         return config
 
@@ -104,17 +105,21 @@ _UNKNOWN_FIELD: Final = re.compile(r"Object contains unknown field `([^`]*)`(?: 
 _AT: Final = re.compile(r"^(.*) - at `\$(.*)`$")
 
 
-def _explain(message: str, key: str) -> str:
-    """A msgspec validation message, with its `$…` path spelled as the config key."""
+def explain(message: str, key: str) -> str:
+    """A msgspec validation message, with its `$…` path spelled as the config key under
+    `key` (empty: the top of the configuration)."""
     unknown = _UNKNOWN_FIELD.match(message)
     if unknown:
         field, path = unknown.group(1), unknown.group(2) or ""
+        if not key:
+            where = path.lstrip(".")
+            return f"{where + ': ' if where else ''}unknown configuration key {field!r}"
         return f"{key}{path}: unknown key {field!r} (see the {key} reference)"
     located = _AT.match(message)
     if located:
         what, path = located.group(1), located.group(2)
-        return f"{key}{path}: {what}"
-    return f"{key}: {message}"
+        return f"{f'{key}{path}'.lstrip('.')}: {what}"
+    return f"{key or 'the configuration'}: {message}"
 
 
 def check_http_url(url: str, key: str) -> None:

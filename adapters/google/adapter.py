@@ -23,6 +23,7 @@ from convstore.adapters.google.decode import detect_and_decode
 from convstore.adapters.google.encode import EncodedRequest, encode_request
 from convstore.adapters.google.history import history
 from convstore.adapters.google.notices import interpret
+from convstore.adapters.google.preview import preview
 from convstore.adapters.wire.providers import EncodedRequest as AnyEncodedRequest
 from convstore.adapters.wire.providers import (
     ProviderAdapter,
@@ -52,4 +53,6 @@ ADAPTER = ProviderAdapter(
     encode=encode_with_config(GoogleConfig.from_config, encode_request),
     send=_send,
     interpret=interpret,
+    preview=preview,
+    configure=GoogleConfig.from_config,
 )

@@ -13,6 +13,7 @@ from convstore.adapters.openai.decode import detect_and_decode
 from convstore.adapters.openai.encode import encode_request
 from convstore.adapters.openai.history import history
 from convstore.adapters.openai.notices import interpret
+from convstore.adapters.openai.preview import preview
 from convstore.adapters.wire.providers import (
     EncodedRequest,
     ProviderAdapter,
@@ -38,4 +39,6 @@ ADAPTER = ProviderAdapter(
     encode=encode_with_config(OpenAIConfig.from_config, encode_request),
     send=_send,
     interpret=interpret,
+    preview=preview,
+    configure=OpenAIConfig.from_config,
 )

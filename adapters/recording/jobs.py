@@ -1,5 +1,5 @@
-"""The main jobs, provider by provider: ingest captured responses, ask a live provider,
-and build the request that would continue a conversation (replay).
+"""The main jobs, provider by provider: ingest captured responses, and build the request
+that would continue a conversation (replay); `asking` asks a live provider.
 
 Library functions the command line calls; each reads or writes only through the
 application service. Every request is rebuilt from the stored events, so retry, restart
@@ -21,8 +21,7 @@ import msgspec
 
 from convstore.adapters.config.loading import load_config
 from convstore.adapters.http.codings import inflate
-from convstore.adapters.http.errors import ProviderHTTPError
-from convstore.adapters.wire.providers import PROVIDERS, EncodedRequest, ProviderAdapter, adapter
+from convstore.adapters.wire.providers import EncodedRequest, ProviderAdapter, adapter
 from convstore.domain.attempts import reading
 from convstore.domain.errors import (
     ConcurrencyConflict,
@@ -30,7 +29,7 @@ from convstore.domain.errors import (
     ResponseConflict,
     ResponseStoredElsewhere,
 )
-from convstore.domain.events import Event, ResponseStarted, UserMessage
+from convstore.domain.events import Event, ResponseStarted
 from convstore.domain.responses import ResponseOutcome
 from convstore.domain.service import ConversationService
 from convstore.domain.vocabulary import ConversationId
@@ -276,50 +275,3 @@ def replay(
     """The native request that continues the conversation on `provider`. Never writes."""
     events = service.history(conversation_id)
     return adapter(provider).need_encode()(events, load_config(list(cfg)), model, user)
-
-
-class AskReport(msgspec.Struct, kw_only=True):
-    """What `ask` did."""
-
-    conversation_id: ConversationId
-    response: ResponseOutcome
-    abandoned: int = 0
-    """Pending hosted activities of another provider recorded `abandoned` first."""
-
-
-def ask(
-    service: ConversationService,
-    provider: str,
-    text: str,
-    *,
-    conversation_id: ConversationId | None = None,
-    cfg: Iterable[str] = (),
-    model: str | None = None,
-    title: str | None = None,
-) -> AskReport:
-    """Ask `provider` the next question and record the whole response as it streams.
-
-    Continuing a conversation on another provider first records that provider's pending
-    hosted activities `abandoned`. A provider's HTTP error answer is recorded as a
-    response ended `failed`.
-    """
-    provider_adapter = adapter(provider)
-    config = load_config(list(cfg))
-    abandoned = 0
-    if conversation_id is None:
-        conversation_id = service.start(title or text[:60])
-    else:
-        for other in PROVIDERS:
-            if other != provider:
-                abandoned += len(service.abandon_activities(conversation_id, provider=other))
-    service.add_user_input(conversation_id, [UserMessage(blocks=(text,))])
-    events = service.history(conversation_id)
-    request = provider_adapter.need_encode()(events, config, model, None)
-    body = request.recorded_json()
-    try:
-        with provider_adapter.need_send()(request, config) as stream:
-            outcome = service.ingest(conversation_id, provider_adapter.decode(stream, body, None))
-    except ProviderHTTPError as error:
-        failed = provider_adapter.decode(error.body, body, error.status)
-        outcome = service.ingest(conversation_id, failed)
-    return AskReport(conversation_id=conversation_id, response=outcome, abandoned=abandoned)

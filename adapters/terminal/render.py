@@ -157,6 +157,17 @@ class Renderer:
             encoding = getattr(self.stream, "encoding", None) or "ascii"
             self.stream.write(text.encode(encoding, "backslashreplace").decode(encoding))
 
+    def styled(self, text: str, style: str) -> None:
+        """Write sanitized `text` in an SGR `style` (e.g. `2`, dim) on a terminal; plain
+        text anywhere else. The style's codes are ours: stored text never carries one."""
+        isatty = getattr(self.stream, "isatty", None)
+        if not (isatty and isatty()):
+            self.write(text)
+            return
+        self.stream.write(f"\x1b[{style}m")  # our own codes, around sanitized text
+        self.write(text)
+        self.stream.write("\x1b[0m")
+
     def line(self, text: str = "") -> None:
         """Write one sanitized line."""
         self.write(text + "\n")

@@ -20,6 +20,7 @@ from typing import Any, Final, Protocol, TypeVar
 
 import msgspec
 
+from convstore.adapters.wire.preview import Preview
 from convstore.adapters.wire.secrets import scrub_request
 from convstore.domain.errors import ConfigurationError
 from convstore.domain.events import Event
@@ -189,6 +190,13 @@ class ProviderAdapter:
     send: Send | None = None
     interpret: Interpret | None = None
     """Reads the provider's own payloads for the portable reading (see `read_payload`)."""
+    preview: Preview | None = None
+    """Reads a live stream's text and reasoning as it arrives, for a person watching."""
+    configure: Callable[[Mapping[str, Any]], object] | None = None
+    """Reads (and so checks) the provider's block of a whole configuration."""
+    continues_prefill: bool = False
+    """Whether the provider continues a conversation ending in assistant text (a prefill),
+    so a response cut at its token limit can be continued."""
 
     def need_history(self) -> History:
         """`history`, reading the request body scrubbed of credentials, or a clear error

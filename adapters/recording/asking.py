@@ -1,0 +1,253 @@
+"""The `ask` job: send the next question to a live provider and record the answer as it
+streams, continuing a paused turn by itself.
+
+Refused means nothing written: the configuration (every key), the model, the hosted
+tools, the conversation and its unanswered tool calls are checked, and the request is
+built, before anything is sent; the key is read when it is sent. The question, the start
+of a new conversation and the response's first blocks are recorded together once the
+provider answers (an HTTP error answer is recorded as a response ended `failed`), through
+the live recording core (`recording.live`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Final, Protocol
+
+import msgspec
+
+from convstore.adapters.config.app import AppConfig, checked
+from convstore.adapters.config.loading import load_config
+from convstore.adapters.http.errors import ProviderHTTPError
+from convstore.adapters.recording.live import Interrupts, RecordingThread
+from convstore.adapters.wire.preview import Piece, previewed
+from convstore.adapters.wire.providers import PROVIDERS, EncodedRequest, ProviderAdapter, adapter
+from convstore.domain.conversation import new_conversation_id
+from convstore.domain.errors import ConfigurationError
+from convstore.domain.events import Event, ResponseEnded, UserMessage
+from convstore.domain.responses import CONTINUES, ResponseOutcome
+from convstore.domain.service import ConversationService
+from convstore.domain.vocabulary import ConversationId, ErrorInfo
+
+__all__ = ["AskReport", "Watcher", "ask"]
+
+PAUSED: Final = "pause"
+"""The finish reason of a paused turn (Anthropic's `pause_turn`): the turn goes on."""
+CUT_AT_LENGTH: Final = "length"
+"""The finish reason of a response cut at its token limit."""
+
+
+class Watcher(Protocol):
+    """What a person watching sees (`terminal.live.LiveView`): told each step as it comes."""
+
+    def begin(self, conversation_id: ConversationId) -> None:
+        """The provider answered: recording starts in this conversation."""
+        ...
+
+    def piece(self, piece: Piece) -> None:
+        """A piece of a block still streaming."""
+        ...
+
+    def draft(self, draft: Event) -> None:
+        """A closed block, or a response's start or end."""
+        ...
+
+
+class AskReport(msgspec.Struct, kw_only=True):
+    """What `ask` did: every response it recorded, in order (continuations included)."""
+
+    conversation_id: ConversationId
+    responses: list[ResponseOutcome] = []
+    abandoned: int = 0
+    """Pending hosted activities of another provider recorded `abandoned` first."""
+    interrupted: int | None = None
+    """The signal that stopped it (SIGINT, SIGTERM), after what arrived was recorded."""
+    notes: list[str] = []
+    """What a person should know about the requests sent (e.g. a hosted tool kept
+    declared while its activity is pending)."""
+    error: ErrorInfo | None = None
+    """The provider's error, when the last response failed with one."""
+
+    @property
+    def response(self) -> ResponseOutcome:
+        """The last response recorded."""
+        return self.responses[-1]
+
+
+def ask(
+    service: ConversationService,
+    provider: str,
+    text: str,
+    *,
+    conversation_id: ConversationId | None = None,
+    cfg: Iterable[str] = (),
+    model: str | None = None,
+    title: str | None = None,
+    watcher: Watcher | None = None,
+    continue_on_length: bool = False,
+) -> AskReport:
+    """Ask `provider` the next question and record each response as it streams.
+
+    A paused turn is continued by itself, each continuation its own response in the same
+    turn, up to `ask.max_continuations`; so is a response cut at its token limit with
+    `continue_on_length`, where the provider continues an assistant prefill (else a
+    ConfigurationError). Continuing a conversation on another provider first records that
+    provider's pending hosted activities `abandoned`. A signal while a response streams
+    ends it as a partial commit and stops (`AskReport.interrupted`).
+    """
+    provider_adapter = adapter(provider)
+    config = load_config(list(cfg))
+    settings = _checked(config)
+    if continue_on_length and not provider_adapter.continues_prefill:
+        raise ConfigurationError(
+            f"--continue-on-length: {provider} cannot continue an assistant's cut answer "
+            "(it takes no assistant prefill); nothing was sent or written"
+        )
+    events: list[Event] = []
+    notes: list[str] = []
+    if conversation_id is not None:
+        events = service.history(conversation_id)
+        notes = _unanswered_calls(service, conversation_id)
+    encode = provider_adapter.need_encode()
+    request = encode(events, config, model, text)
+    continues = CONTINUES | {CUT_AT_LENGTH} if continue_on_length else CONTINUES
+    report = AskReport(conversation_id=conversation_id or new_conversation_id(), notes=notes)
+    history: list[tuple[str, Sequence[Event]]] = [("user", [UserMessage(blocks=(text,))])]
+    for _ in range(settings.ask.max_continuations + 1):
+        report.notes.extend(getattr(request, "notes", ()))
+        end = _one_response(
+            service,
+            provider_adapter,
+            request,
+            config,
+            report,
+            history=history,
+            start=conversation_id is None and not report.responses,
+            title=title or text[:60],
+            continues=continues,
+            watcher=watcher,
+        )
+        history = []
+        if report.interrupted is not None or end is None or end.state != "completed":
+            break
+        if end.finish_reason != PAUSED and not (
+            continue_on_length and end.finish_reason == CUT_AT_LENGTH
+        ):
+            break
+        request = encode(service.history(report.conversation_id), config, model, None)
+    return report
+
+
+def _checked(config: Mapping[str, Any]) -> AppConfig:
+    return checked(config, {name: _configure(name) for name in PROVIDERS})
+
+
+def _configure(name: str) -> Callable[[Mapping[str, Any]], object]:
+    def check(config: Mapping[str, Any]) -> object:
+        configure = adapter(name).configure
+        return None if configure is None else configure(config)
+
+    return check
+
+
+def _unanswered_calls(service: ConversationService, conversation_id: ConversationId) -> list[str]:
+    """A note naming the client tool calls without a result, which the provider refuses."""
+    calls = service.get(conversation_id).open_calls()
+    if not calls:
+        return []
+    listed = ", ".join(repr(str(call)) for call in calls)
+    return [
+        f"conversation {conversation_id} has client tool calls without a result ({listed}): "
+        "the provider will likely refuse the request. Answer each with `convstore answer "
+        f"{conversation_id} CALL_ID --text …`, or `convstore repair {conversation_id}` to "
+        "answer them with an error"
+    ]
+
+
+def _one_response(
+    service: ConversationService,
+    provider: ProviderAdapter,
+    request: EncodedRequest,
+    config: Mapping[str, Any],
+    report: AskReport,
+    *,
+    history: Sequence[tuple[str, Sequence[Event]]],
+    start: bool,
+    title: str,
+    continues: frozenset[str],
+    watcher: Watcher | None,
+) -> ResponseEnded | None:
+    """Send one request and record its response in `report`; its end as recorded."""
+    body = request.recorded_json()
+    try:
+        with provider.need_send()(request, config) as stream:
+            version = _prepare(service, provider, report, start=start, watcher=watcher)
+            with Interrupts() as interrupts:
+                thread = RecordingThread(
+                    lambda drafts, ready: service.ingest_exchange(
+                        None if start else report.conversation_id,
+                        history,
+                        drafts,
+                        at_version=version,
+                        title=title,
+                        ready=ready,
+                        continues=continues,
+                        start_as=report.conversation_id,
+                    )
+                )
+                chunks: Iterable[bytes] = interrupts.chunks(stream)
+                if watcher is not None and provider.preview is not None:
+                    chunks = previewed(chunks, provider.preview, watcher.piece)
+                end: ResponseEnded | None = None
+                try:
+                    for draft in interrupts.marked(provider.decode(chunks, body, None)):
+                        if isinstance(draft, ResponseEnded):
+                            end = draft
+                        thread.put(draft)
+                        if watcher is not None:
+                            watcher.draft(draft)
+                except BaseException:
+                    thread.abandon()
+                    raise
+                _, outcome = thread.close()
+                report.interrupted = interrupts.signum
+    except ProviderHTTPError as error:
+        version = _prepare(service, provider, report, start=start, watcher=watcher)
+        drafts = list(provider.decode(error.body, body, error.status))
+        if watcher is not None:
+            for draft in drafts:
+                watcher.draft(draft)
+        _, outcome = service.ingest_exchange(
+            None if start else report.conversation_id,
+            history,
+            drafts,
+            at_version=version,
+            title=title,
+            continues=continues,
+            start_as=report.conversation_id,
+        )
+        end = next((d for d in reversed(drafts) if isinstance(d, ResponseEnded)), None)
+    report.responses.append(outcome)
+    report.error = None if end is None else end.error
+    return end
+
+
+def _prepare(
+    service: ConversationService,
+    provider: ProviderAdapter,
+    report: AskReport,
+    *,
+    start: bool,
+    watcher: Watcher | None,
+) -> int:
+    """The provider answered: close what another provider left pending, and return the
+    conversation's version the response is recorded at."""
+    if watcher is not None:
+        watcher.begin(report.conversation_id)
+    if start:
+        return 0
+    for other in PROVIDERS:
+        if other != provider.name:
+            closed = service.abandon_activities(report.conversation_id, provider=other)
+            report.abandoned += len(closed)
+    return service.get(report.conversation_id).version

@@ -1,0 +1,219 @@
+"""What `ask` shows while a response streams: text as it arrives, reasoning dimmed (its
+first line only, unless asked for all), a line per hosted activity when it starts and its
+outcome when it ends, citation markers in the text with the sources after the answer,
+and one closing line per response (hosted spend, tokens, stop reason).
+
+Pieces of text come from the provider's preview (`wire.preview`) before their block
+closes; the drafts, when the block closes, show what the preview did not (the rest of a
+block, its citations, everything else). Everything goes through the `Renderer`, so it is
+sanitized; styling is added on a terminal only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Final, Protocol
+
+from convstore.adapters.terminal.render import Renderer, one_line, shorten, to_json
+from convstore.domain.events import (
+    AssistantText,
+    Event,
+    HostedActivity,
+    Reasoning,
+    ResponseEnded,
+    ResponseStarted,
+    ToolCallRequested,
+)
+from convstore.domain.vocabulary import Source
+from convstore.projections.wording import activity_label, hosted_spend, source_line, usage_counters
+
+__all__ = ["LiveView"]
+
+DIM: Final = "2"
+"""The SGR parameter reasoning is shown in."""
+_TOOL_MARK: Final = "⚒"
+
+
+class Piece(Protocol):
+    """A piece of a block still streaming (`wire.preview.Piece`)."""
+
+    @property
+    def kind(self) -> str:
+        """`text` or `reasoning`."""
+        ...
+
+    @property
+    def text(self) -> str:
+        """What arrived."""
+        ...
+
+
+class LiveView:
+    """Renders one `ask` (its responses, one after another) as it streams."""
+
+    def __init__(self, out: Renderer, *, show_reasoning: bool = False, quiet: bool = False):
+        self.out = out
+        self.show_reasoning = show_reasoning
+        self.quiet = quiet
+        self._at_line_start = True
+        self._reset()
+
+    def _reset(self) -> None:
+        self._printed = 0
+        """Characters of answer text shown so far in this response (pieces and drafts)."""
+        self._drafted = 0
+        """Characters of answer text the drafts of this response carried so far."""
+        self._reasoning: str | None = None
+        """`None` outside reasoning; else `open` (showing) or `cut` (first line shown)."""
+        self._sources: dict[Source, int] = {}
+        self._activities: dict[str, tuple[str, dict[str, Any]]] = {}
+
+    # --- output ----------------------------------------------------------------------------
+
+    def _write(self, text: str, style: str | None = None) -> None:
+        if not text:
+            return
+        if style is None:
+            self.out.write(text)
+        else:
+            self.out.styled(text, style)
+        self._at_line_start = text.endswith("\n")
+        self.out.flush()
+
+    def _line(self, text: str, style: str | None = None) -> None:
+        """`text` on a line of its own."""
+        if not self._at_line_start:
+            self._write("\n")
+        self._write(text + "\n", style)
+
+    def _end_reasoning(self) -> None:
+        if self._reasoning is not None:
+            self._reasoning = None
+            if not self._at_line_start:
+                self._write("\n")
+
+    # --- what arrives ----------------------------------------------------------------------
+
+    def begin(self, conversation_id: object) -> None:
+        """The provider answered: say where the answer is recorded."""
+        if not self.quiet:
+            self._line(f"conversation {conversation_id}")
+
+    def piece(self, piece: Piece) -> None:
+        """Show a piece of a block still streaming."""
+        if piece.kind == "text":
+            self._end_reasoning()
+            self._printed += len(piece.text)
+            self._write(piece.text)
+        elif not self.quiet:
+            self._reasoning_text(piece.text)
+
+    def _reasoning_text(self, text: str) -> None:
+        if self._reasoning is None:
+            if not self._at_line_start:
+                self._write("\n")
+            self._write("reasoning: ", DIM)
+            self._reasoning = "open"
+        if self._reasoning == "cut":
+            return
+        if not self.show_reasoning and "\n" in text.lstrip("\n"):
+            first = text.lstrip("\n").split("\n", 1)[0]
+            self._write(first + " …\n", DIM)
+            self._reasoning = "cut"
+            return
+        self._write(text, DIM)
+
+    def draft(self, draft: Event) -> None:
+        """Show what a closed block (or the response's start or end) adds."""
+        if isinstance(draft, ResponseStarted):
+            self._reset()
+        elif isinstance(draft, AssistantText):
+            self._answer(draft)
+        elif self.quiet:
+            if isinstance(draft, ResponseEnded):
+                self._end_answer()
+        elif isinstance(draft, Reasoning):
+            self._reasoning_draft(draft)
+        elif isinstance(draft, HostedActivity):
+            self._activity(draft)
+        elif isinstance(draft, ToolCallRequested):
+            self._end_reasoning()
+            arguments = shorten(to_json(draft.arguments), 200)
+            self._line(
+                f"→ tool call {one_line(draft.name)} ({one_line(draft.call_id)}): {arguments}"
+            )
+        elif isinstance(draft, ResponseEnded):
+            self._ended(draft)
+
+    def _answer(self, draft: AssistantText) -> None:
+        self._end_reasoning()
+        self._drafted += len(draft.text)
+        missing = self._drafted - self._printed
+        if missing > 0:
+            self._write(draft.text[len(draft.text) - missing :])
+            self._printed = self._drafted
+        if self.quiet:
+            return
+        marks = []
+        for attribution in draft.attributions:
+            n = self._sources.setdefault(attribution.source, len(self._sources) + 1)
+            if f"[{n}]" not in marks:
+                marks.append(f"[{n}]")
+        self._write("".join(marks))
+
+    def _reasoning_draft(self, draft: Reasoning) -> None:
+        if self._reasoning is not None:  # its pieces were shown
+            self._end_reasoning()
+            return
+        if draft.redacted:
+            self._line("reasoning: [redacted]", DIM)
+        elif draft.text:
+            self._reasoning_text(draft.text)
+            self._end_reasoning()
+
+    def _activity(self, draft: HostedActivity) -> None:
+        self._end_reasoning()
+        known = self._activities.get(draft.activity_id)
+        name, arguments = known if known is not None else (draft.name, dict(draft.input))
+        if not arguments and draft.input:
+            arguments = dict(draft.input)
+        if known is None or (not known[1] and arguments):
+            self._line(f"{_TOOL_MARK} {activity_label(name, arguments)}")
+        self._activities[draft.activity_id] = (name, arguments)
+        if draft.state == "completed":
+            self._line(f"  {shorten(draft.summary, 200) or 'done'}")
+        elif draft.state in ("failed", "abandoned"):
+            reason = f": {shorten(draft.summary, 200)}" if draft.summary else ""
+            self._line(f"  {draft.state}{reason}")
+
+    def _end_answer(self) -> None:
+        if not self._at_line_start:
+            self._write("\n")
+
+    def _ended(self, end: ResponseEnded) -> None:
+        self._end_reasoning()
+        self._end_answer()
+        if self._sources:
+            self._line("")
+            self._line("Sources:")
+            for source, n in self._sources.items():
+                self._line(f"  {source_line(n, source)}")
+        self._line(closing_line(end, self._activities.values()))
+
+
+def closing_line(end: ResponseEnded, activities: Iterable[tuple[str, dict[str, Any]]]) -> str:
+    """`— 2 searches · tokens in 12, out 40 · end_turn`: what one response spent and why
+    it stopped (and how it ended, when not completed)."""
+    parts = [hosted_spend(name for name, _ in activities)]
+    if end.usage is not None:
+        counters = usage_counters(end.usage, one_line)
+        if counters:
+            parts.append(f"tokens {', '.join(counters)}")
+    parts.append(one_line(end.stop_reason or end.finish_reason))
+    if end.state != "completed":
+        why = f" ({one_line(end.end_reason)})" if end.end_reason else ""
+        parts.append(f"{end.state}{why}")
+    if end.error is not None:
+        status = f" (HTTP {end.error.status})" if end.error.status is not None else ""
+        parts.append(f"error {one_line(end.error.type)}{status}: {shorten(end.error.message, 200)}")
+    return "— " + " · ".join(part for part in parts if part)
