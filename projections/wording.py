@@ -117,9 +117,11 @@ class UsageLike(Protocol):
     def hosted(self) -> Mapping[str, int]: ...
 
 
-def usage_counters(usage: UsageLike, name: Callable[[str], str]) -> list[str]:
+def usage_counters(
+    usage: UsageLike, name: Callable[[str], str], *, hosted: bool = True
+) -> list[str]:
     """`in 12`, `out 40`, `cache read 3`, …: each counter `usage` has, the token counters
-    first, then the hosted ones with their names rendered by `name`."""
+    first, then (unless not `hosted`) the hosted ones with their names rendered by `name`."""
     counters = [
         f"{label} {count}"
         for label, count in (
@@ -131,7 +133,8 @@ def usage_counters(usage: UsageLike, name: Callable[[str], str]) -> list[str]:
         )
         if count is not None
     ]
-    counters += [f"{name(hosted)} {count}" for hosted, count in usage.hosted.items()]
+    if hosted:
+        counters += [f"{name(counter)} {count}" for counter, count in usage.hosted.items()]
     return counters
 
 

@@ -112,8 +112,8 @@ def explain(message: str, key: str) -> str:
     if unknown:
         field, path = unknown.group(1), unknown.group(2) or ""
         if not key:
-            where = path.lstrip(".")
-            return f"{where + ': ' if where else ''}unknown configuration key {field!r}"
+            dotted = f"{path.lstrip('.')}.{field}".lstrip(".")
+            return f"unknown configuration key {dotted!r}"
         return f"{key}{path}: unknown key {field!r} (see the {key} reference)"
     located = _AT.match(message)
     if located:

@@ -228,7 +228,7 @@ def _one_response(
         )
         end = next((d for d in reversed(drafts) if isinstance(d, ResponseEnded)), None)
     report.responses.append(outcome)
-    report.error = None if end is None else end.error
+    report.error = end.error if end is not None and end.state == "failed" else None
     return end
 
 

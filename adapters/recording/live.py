@@ -91,12 +91,12 @@ class Interrupts:
             yield chunk
 
     def marked(self, drafts: Iterable[Event]) -> Iterator[Event]:
-        """`drafts`, the response's end marked `interrupted` when a signal cut its stream
-        (a response that completed meanwhile stays as it is)."""
+        """`drafts`, the response's end marked `interrupted` when a signal cut its stream:
+        an end the cut made (`abandoned`, its error only the cut's) is ours, and says so."""
         for draft in drafts:
             cut = self.signum is not None and isinstance(draft, ResponseEnded)
-            if cut and isinstance(draft, ResponseEnded) and draft.state != "completed":
-                yield msgspec.structs.replace(draft, state="abandoned", end_reason="interrupted")
+            if cut and isinstance(draft, ResponseEnded) and draft.state == "abandoned":
+                yield msgspec.structs.replace(draft, end_reason="interrupted", error=None)
             else:
                 yield draft
 

@@ -206,10 +206,11 @@ def closing_line(end: ResponseEnded, activities: Iterable[tuple[str, dict[str, A
     it stopped (and how it ended, when not completed)."""
     parts = [hosted_spend(name for name, _ in activities)]
     if end.usage is not None:
-        counters = usage_counters(end.usage, one_line)
+        counters = usage_counters(end.usage, one_line, hosted=False)
         if counters:
             parts.append(f"tokens {', '.join(counters)}")
-    parts.append(one_line(end.stop_reason or end.finish_reason))
+    if end.stop_reason or end.state == "completed":
+        parts.append(one_line(end.stop_reason or end.finish_reason))
     if end.state != "completed":
         why = f" ({one_line(end.end_reason)})" if end.end_reason else ""
         parts.append(f"{end.state}{why}")

@@ -1,0 +1,347 @@
+"""`ask` as a person watches it: the answer streams, Ctrl-C keeps what arrived, a paused
+turn goes on by itself, and a refused `ask` writes nothing.
+
+Each test runs the real command line against a real HTTP server on 127.0.0.1 that
+replays the project's example captures (slowly, where the test watches the stream).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from convstore.adapters import cli
+from convstore.domain import (
+    AssistantText,
+    HostedActivity,
+    ResponseEnded,
+    ResponseStarted,
+    TurnEnded,
+    TurnStarted,
+    UserMessage,
+    parse_conversation_id,
+)
+from convstore.domain.events import Event
+from convstore.storage import open_store
+from tests.replay_server import EXAMPLES, ReplayServer, Reply
+
+KEY = "sk-ant-api03-LIVE-ASK-0123456789abcdef-KEY"
+MODEL = "claude-sonnet-4-5"
+QUESTION = "Where can I drink matcha in Uji?"
+SEARCH = EXAMPLES / "anthropic" / "web_search_citations" / "1.response.sse"
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'convstore.db'}"
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[ReplayServer]:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    with ReplayServer() as replay:
+        yield replay
+
+
+def slowly(path: Path, pause: float = 0.1) -> Reply:
+    """The capture streamed in 200-byte chunks, `pause` seconds apart."""
+    return Reply(
+        body=path.read_bytes(), content_type="text/event-stream", chunk_size=200, pause=pause
+    )
+
+
+def stored(url: str, conversation: str) -> list[Event]:
+    with open_store(url, read_only=True) as store:
+        return list(store.service.events(parse_conversation_id(conversation)))
+
+
+def store_bytes(tmp_path: Path) -> dict[str, bytes]:
+    return {f.name: f.read_bytes() for f in sorted(tmp_path.glob("convstore.db*")) if f.is_file()}
+
+
+class Child:
+    """`convstore ask` in a process of its own, its output read as it comes."""
+
+    def __init__(self, url: str, server: ReplayServer, *args: str) -> None:
+        command = [sys.executable, "-m", "convstore.adapters.cli", "--db", url, "ask"]
+        command += [*args, "--model", MODEL]
+        command += ["--cfg", f"providers.anthropic.base_url={server.url}"]
+        env = {**os.environ, "ANTHROPIC_API_KEY": KEY}
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+        )
+        self.out = b""
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        while chunk := self.process.stdout.read1(4096):
+            self.out += chunk
+
+    def wait_for(self, text: str, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while text.encode() not in self.out:
+            assert self.process.poll() is None, f"ended before {text!r}: {self.out!r}"
+            assert time.monotonic() < deadline, f"no {text!r} in {self.out!r}"
+            time.sleep(0.02)
+
+    def finish(self) -> tuple[int, str, str]:
+        code = self.process.wait(timeout=60)
+        self._reader.join(timeout=10)
+        assert self.process.stderr is not None
+        return code, self.out.decode(), self.process.stderr.read().decode()
+
+
+def conversation_of(out: str) -> str:
+    first = out.splitlines()[0]
+    assert first.startswith("conversation ")
+    return first.removeprefix("conversation ")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_ask_streams_and_a_signal_keeps_what_arrived(
+    url: str, server: ReplayServer, signum: int
+) -> None:
+    """The answer shows while it streams, and finished blocks are committed meanwhile; a
+    signal halfway leaves the finished blocks and the open one stored, the response
+    `abandoned` (interrupted), and exits 128 + N. `repair` then finds nothing to close
+    and the conversation goes on."""
+    server.enqueue(slowly(SEARCH))
+    child = Child(url, server, QUESTION)
+    child.wait_for('⚒ web search: "Uji matcha cafés 宇治抹茶"')
+    child.wait_for("3 results")
+    child.wait_for("Uji, a small city")  # text shown before its block closed
+    conversation = conversation_of(child.out.decode())
+    committed = stored(url, conversation)  # the writer commits while the stream goes on
+    assert any(isinstance(e, HostedActivity) for e in committed)
+    assert not any(isinstance(e, ResponseEnded) for e in committed)
+    child.process.send_signal(signum)
+    code, out, err = child.finish()
+    assert code == 128 + signum
+    assert ("interrupted" if signum == signal.SIGINT else "terminated") in err
+    assert "abandoned (interrupted)" in out
+    events = stored(url, conversation)
+    [end] = [e for e in events if isinstance(e, ResponseEnded)]
+    assert (end.state, end.end_reason, end.error) == ("abandoned", "interrupted", None)
+    texts = [e for e in events if isinstance(e, AssistantText)]
+    assert texts[0].text.startswith("I'll search")
+    assert texts[-1].attributions_complete is False  # the open block: a partial commit
+    assert any(t.text.startswith("Uji, a small city") for t in texts)
+    assert isinstance(events[-1], TurnEnded) and events[-1].state == "abandoned"
+    code = cli.main(["--db", url, "repair", conversation, "--json"])
+    assert code == 0
+    assert len(stored(url, conversation)) == len(events)  # nothing was left open
+    server.enqueue(Reply(body=SEARCH.read_bytes(), content_type="text/event-stream"))
+    again = Child(url, server, "And tomorrow?", "--conversation", conversation)
+    code, out, err = again.finish()
+    assert code == 0, err
+    sent = json.loads(server.requests[-1].body)
+    assert sent["messages"][0]["content"][0]["text"] == QUESTION
+    assert sent["messages"][-1]["content"][-1]["text"] == "And tomorrow?"
+
+
+def test_ask_quiet_prints_only_the_answer(
+    url: str, server: ReplayServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server.enqueue(Reply(body=SEARCH.read_bytes(), content_type="text/event-stream"))
+    base = f"providers.anthropic.base_url={server.url}"
+    code = cli.main(["--db", url, "ask", QUESTION, "--quiet", "--model", MODEL, "--cfg", base])
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, "")
+    assert out.startswith("I'll search for current information")
+    assert "⚒" not in out and "conversation " not in out and "Sources:" not in out
+    assert "Enjoy your trip" in out
+
+
+def test_a_paused_turn_is_continued_by_itself(
+    url: str, server: ReplayServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`pause_turn`: the paused assistant content is sent back unchanged, and the
+    continuation is its own response in the same turn."""
+    folder = EXAMPLES / "anthropic" / "pause_turn"
+    for number in (1, 2):
+        body = (folder / f"{number}.response.sse").read_bytes()
+        server.enqueue(Reply(body=body, content_type="text/event-stream"))
+    base = f"providers.anthropic.base_url={server.url}"
+    code = cli.main(["--db", url, "ask", QUESTION, "--model", MODEL, "--cfg", base, "--json"])
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, "")
+    data = json.loads(out)
+    assert len(data["responses"]) == 2
+    assert data["response"] == data["responses"][-1]
+    assert [r["ended"] for r in data["responses"]] == ["completed", "completed"]
+    first, second = (json.loads(r.body) for r in server.requests)
+    assert second["messages"][0] == first["messages"][0]
+    paused = second["messages"][1]
+    assert paused["role"] == "assistant"
+    recorded = json.loads((folder / "2.request.json").read_bytes())["messages"][1]
+    assert paused["content"] == recorded["content"]  # as the provider sent it
+    events = stored(url, data["conversation_id"])
+    assert [type(e) for e in events if isinstance(e, TurnStarted | TurnEnded)] == [
+        TurnStarted,
+        TurnEnded,
+    ]
+    starts = [e.response_id for e in events if isinstance(e, ResponseStarted)]
+    assert starts == [r["response_id"] for r in data["responses"]]
+
+
+def test_max_continuations_zero_stops_after_the_pause(
+    url: str, server: ReplayServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = (EXAMPLES / "anthropic" / "pause_turn" / "1.response.sse").read_bytes()
+    server.enqueue(Reply(body=body, content_type="text/event-stream"))
+    base = f"providers.anthropic.base_url={server.url}"
+    argv = ["--db", url, "ask", QUESTION, "--model", MODEL, "--cfg", base, "--json"]
+    code = cli.main([*argv, "--cfg", "ask.max_continuations=0"])
+    out, _ = capsys.readouterr()
+    assert code == 0
+    assert len(json.loads(out)["responses"]) == 1
+    assert len(server.requests) == 1
+
+
+def test_an_http_error_is_printed_and_recorded(
+    url: str, server: ReplayServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    error = EXAMPLES / "anthropic" / "errors" / "2.response.json"
+    server.enqueue(Reply(status=400, body=error.read_bytes()))
+    base = f"providers.anthropic.base_url={server.url}"
+    code = cli.main(["--db", url, "ask", QUESTION, "--model", MODEL, "--cfg", base, "--json"])
+    out, err = capsys.readouterr()
+    assert code == 3
+    detail = json.loads(error.read_bytes())["error"]
+    assert f"anthropic answered HTTP 400 {detail['type']}: {detail['message']}" in err
+    data = json.loads(out)
+    assert data["error_detail"] == {
+        "type": detail["type"],
+        "message": detail["message"],
+        "status": 400,
+    }
+    assert data["error"] == f"HTTP 400 {detail['type']}: {detail['message']}"
+    assert [e.blocks for e in stored(url, data["conversation_id"]) if isinstance(e, UserMessage)]
+
+
+def _refusals(server: ReplayServer, conversation: str) -> dict[tuple[str, str], list[str]]:
+    """(why, what the error says) → the command's arguments."""
+    base = ["--cfg", f"providers.anthropic.base_url={server.url}"]
+    model = ["--model", MODEL]
+    return {
+        ("no model", "no model to send the request to"): ["ask", QUESTION, *base],
+        ("unknown configuration key", "unknown configuration key 'ask.colour'"): [
+            "ask",
+            QUESTION,
+            *model,
+            *base,
+            "--cfg",
+            "ask.colour=1",
+        ],
+        ("unknown top-level key", "unknown configuration key 'colour'"): [
+            "ask",
+            QUESTION,
+            *model,
+            *base,
+            "--cfg",
+            "colour=blue",
+        ],
+        ("unknown provider block", "providers.x: unknown provider"): [
+            "ask",
+            QUESTION,
+            *model,
+            *base,
+            "--cfg",
+            "providers.x.a=1",
+        ],
+        ("unknown provider key", "unknown key 'temprature'"): [
+            "ask",
+            QUESTION,
+            *model,
+            *base,
+            "--cfg",
+            "providers.openai.temprature=1",
+        ],
+        ("unknown hosted tool", "unknown key 'teleport'"): [
+            "ask",
+            QUESTION,
+            *model,
+            *base,
+            "--cfg",
+            "providers.anthropic.hosted_tools.teleport.enable=true",
+        ],
+        ("hosted tool the model cannot serve", "web_search is not available on model"): [
+            "ask",
+            QUESTION,
+            "--model",
+            "claude-3-haiku-20240307",
+            *base,
+            "--cfg",
+            "providers.anthropic.hosted_tools.web_search.enable=true",
+        ],
+        ("length on a provider without prefill", "--continue-on-length: openai cannot continue"): [
+            "ask",
+            QUESTION,
+            "--provider",
+            "openai",
+            "--model",
+            "gpt-5.1",
+            "--continue-on-length",
+        ],
+        ("unknown conversation", "no conversation 00000000-0000-0000-0000-000000000000"): [
+            "ask",
+            QUESTION,
+            *model,
+            *base,
+            "--conversation",
+            "0" * 32,
+        ],
+        ("malformed request", "request body is not a JSON object"): [
+            "ingest",
+            "--provider",
+            "anthropic",
+            "--conversation",
+            conversation,
+            "--request",
+            str(EXAMPLES / "README.md"),
+            str(SEARCH),
+        ],
+    }
+
+
+def test_each_refused_ask_and_ingest_leaves_the_store_unchanged(
+    url: str,
+    server: ReplayServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Refused means nothing written: checked before the first write, exit 2."""
+    server.enqueue(Reply(body=SEARCH.read_bytes(), content_type="text/event-stream"))
+    base = f"providers.anthropic.base_url={server.url}"
+    argv = ["--db", url, "ask", QUESTION, "--model", MODEL, "--cfg", base, "--json"]
+    assert cli.main(argv) == 0
+    conversation = json.loads(capsys.readouterr().out)["conversation_id"]
+    before = store_bytes(tmp_path)
+    for (why, says), args in _refusals(server, conversation).items():
+        code = cli.main(["--db", url, *args])
+        _, err = capsys.readouterr()
+        assert code == 2, (why, err)
+        assert err.startswith("convstore: error: ") and says in err, (why, err)
+        assert store_bytes(tmp_path) == before, why
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    code = cli.main(["--db", url, "ask", QUESTION, "--model", MODEL, "--cfg", base, "--json"])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert "ANTHROPIC_API_KEY" in err
+    refused = json.loads(out)
+    assert refused["conversation_id"] is None and refused["responses"] == []
+    assert refused["error_detail"]["type"] == "ConfigurationError"
+    assert store_bytes(tmp_path) == before
+    assert len(server.requests) == 1  # none of the refused was sent
