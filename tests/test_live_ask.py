@@ -345,3 +345,38 @@ def test_each_refused_ask_and_ingest_leaves_the_store_unchanged(
     assert refused["error_detail"]["type"] == "ConfigurationError"
     assert store_bytes(tmp_path) == before
     assert len(server.requests) == 1  # none of the refused was sent
+
+
+def test_a_signal_during_ingest_records_what_was_read(
+    url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A streamed ingest stopped by SIGINT records the capture as far as it was read,
+    as a partial commit ended `abandoned` (interrupted), and exits 130."""
+    from convstore.adapters.recording import jobs
+
+    whole = SEARCH.read_bytes()
+    cut_at = len(whole) // 2
+
+    def read_then_signal(path: Path, *, max_bytes: int | None = None) -> Iterator[bytes]:
+        yield whole[:cut_at]
+        os.kill(os.getpid(), signal.SIGINT)  # the handler runs before the next read
+        yield whole[cut_at:]
+
+    monkeypatch.setattr(jobs, "read_capture", read_then_signal)
+    code = cli.main(["--db", url, "ingest", "--provider", "anthropic", str(SEARCH), "--json"])
+    out, err = capsys.readouterr()
+    assert code == 130
+    assert "interrupted; what arrived is recorded" in err
+    data = json.loads(out)
+    assert data["interrupted"] == "SIGINT"
+    events = stored(url, data["conversation_id"])
+    [end] = [e for e in events if isinstance(e, ResponseEnded)]
+    assert (end.state, end.end_reason) == ("abandoned", "interrupted")
+    texts = [e for e in events if isinstance(e, AssistantText)]
+    assert texts[0].text.startswith("I'll search") and not texts[-1].attributions_complete
+    # The whole capture, ingested again, completes it as the next attempt.
+    monkeypatch.undo()
+    code = cli.main(["--db", url, "ingest", "--provider", "anthropic", str(SEARCH), "--json"])
+    again = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert again["responses"][0]["attempt"] == 2

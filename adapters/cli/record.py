@@ -50,7 +50,8 @@ def _ingest_arguments(parser: argparse.ArgumentParser) -> None:
 @command("ingest", "record captured response bodies into a conversation", _ingest_arguments)
 def ingest(args: argparse.Namespace, session: Session) -> int:
     """Exit 0; 3 when a response ended failed or abandoned; 2 for a file holding no
-    response; 4 for a stored response id with different content."""
+    response; 4 for a stored response id with different content; 130 or 143 when a
+    signal stopped it (the capture being read is recorded as far as it was read)."""
     conversation = parse_conversation_id(args.conversation) if args.conversation else None
     request = read_file(args.request) if args.request is not None else None
     report = jobs.ingest(
@@ -62,7 +63,7 @@ def ingest(args: argparse.Namespace, session: Session) -> int:
         title=args.title,
     )
     if args.json:
-        data = {
+        data: dict[str, object] = {
             "conversation_id": None
             if report.conversation_id is None
             else str(report.conversation_id),
@@ -70,6 +71,9 @@ def ingest(args: argparse.Namespace, session: Session) -> int:
         }
         if report.error is not None:
             data["error"] = report.error
+            data["error_detail"] = {"type": report.error_type, "message": report.error}
+        if report.interrupted is not None:
+            data["interrupted"] = signal.Signals(report.interrupted).name
         session.out.json(data)
     else:
         if report.conversation_id is not None:
@@ -82,6 +86,10 @@ def ingest(args: argparse.Namespace, session: Session) -> int:
         )
     if report.error is not None:
         session.err.line(f"{PROG}: error: {render.one_line(report.error)}")
+    if report.interrupted is not None:
+        stopped = "interrupted" if report.interrupted == signal.SIGINT else "terminated"
+        session.err.line(f"{PROG}: {stopped}; what arrived is recorded")
+        return 128 + report.interrupted
     return report.exit_code
 
 

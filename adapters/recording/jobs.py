@@ -21,6 +21,7 @@ import msgspec
 
 from convstore.adapters.config.loading import load_config
 from convstore.adapters.http.codings import inflate
+from convstore.adapters.recording.live import Interrupts
 from convstore.adapters.wire.providers import EncodedRequest, ProviderAdapter, adapter
 from convstore.domain.attempts import reading
 from convstore.domain.errors import (
@@ -48,9 +49,19 @@ class IngestReport(msgspec.Struct, kw_only=True):
     history_messages: int = 0
     """Messages of `--request` recorded before the first response."""
     error: str | None = None
+    error_type: str = ""
+    """The class of the error that stopped it, e.g. `DecodeError`."""
+    interrupted: int | None = None
+    """The signal that stopped it (SIGINT, SIGTERM), after what arrived was recorded."""
     exit_code: int = 0
     """0 all completed; 3 a response ended failed or abandoned; 2 a file held no response;
     4 a stored response id arrived with different content."""
+
+    def fail(self, path: Path, error: Exception, exit_code: int) -> IngestReport:
+        """Stop at `path` with `error`."""
+        self.error, self.error_type = f"{path}: {error}", type(error).__name__
+        self.exit_code = exit_code
+        return self
 
 
 def read_capture(path: Path, *, max_bytes: int | None = None) -> Iterator[bytes]:
@@ -180,23 +191,32 @@ def ingest(
         try:
             _check_readable(path)
         except DecodeError as error:
-            report.error, report.exit_code = f"{path}: {error}", 2
-            return report
-    for position, path in enumerate(files):
-        produced_by = request if position == 0 else None
-        try:
-            outcome = _ingest_one(
-                service, provider_adapter, path, request=produced_by, report=report, title=title
-            )
-        except DecodeError as error:
-            report.error, report.exit_code = f"{path}: {error}", 2
-            return report
-        except (ResponseConflict, ResponseStoredElsewhere) as error:
-            report.error, report.exit_code = f"{path}: {error}", 4
-            return report
-        report.responses.append(outcome)
-        if outcome.ended != "completed" and not outcome.already_stored:
-            report.exit_code = 3
+            return report.fail(path, error, 2)
+    with Interrupts() as interrupts:
+        for position, path in enumerate(files):
+            produced_by = request if position == 0 else None
+            try:
+                outcome = _ingest_one(
+                    service,
+                    provider_adapter,
+                    path,
+                    request=produced_by,
+                    report=report,
+                    title=title,
+                    interrupts=interrupts,
+                )
+            except DecodeError as error:
+                if interrupts.signum is not None:  # stopped before a response began
+                    break
+                return report.fail(path, error, 2)
+            except (ResponseConflict, ResponseStoredElsewhere) as error:
+                return report.fail(path, error, 4)
+            report.responses.append(outcome)
+            if outcome.ended != "completed" and not outcome.already_stored:
+                report.exit_code = 3
+            if interrupts.signum is not None:
+                break
+        report.interrupted = interrupts.signum
     return report
 
 
@@ -212,6 +232,7 @@ def _ingest_one(
     request: bytes | None,
     report: IngestReport,
     title: str | None,
+    interrupts: Interrupts,
 ) -> ResponseOutcome:
     """Record one capture (and the messages of its request the conversation lacks) in
     `report`'s conversation. A provider response is stored once in the whole store:
@@ -222,10 +243,11 @@ def _ingest_one(
     transaction at the version the history was read from; when another writer moved the
     conversation on meanwhile, or stored the response first, it is read again (the
     response is then usually stored already); a capture from a pipe gets the conflict
-    instead."""
+    instead. A signal while it is read ends the capture there (`live.Interrupts`)."""
     retries = 0
     while True:
-        first, drafts = _first_checked(provider.decode(read_capture(path), request, None))
+        chunks = interrupts.chunks(read_capture(path))
+        first, drafts = _first_checked(interrupts.marked(provider.decode(chunks, request, None)))
         started = first if isinstance(first, ResponseStarted) else None
         home = None if started is None else service.locate(started)
         if started is not None and home is not None and report.conversation_id is None:
