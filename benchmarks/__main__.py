@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
 
-from benchmarks import decoding, mapper, postgres, search, storage
+from benchmarks import decoding, live, mapper, postgres, search, storage
 from benchmarks.common import Figure, Sizes, render_table
 
 FAMILIES: dict[str, Callable[[Sizes, Path], list[Figure]]] = {
@@ -31,6 +31,7 @@ FAMILIES: dict[str, Callable[[Sizes, Path], list[Figure]]] = {
     "postgres": lambda sizes, _folder: postgres.postgres_figures(sizes),
     "search": search.search_figures,
     "decoding": decoding.decoding_figures,
+    "live": live.live_figures,
 }
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import gc
 import json
 import random
+import re
 import sqlite3
 import statistics
 import time
@@ -336,6 +337,19 @@ def _commit_time(folder: Path, rounds: int) -> float:
             Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
+_MESSAGE_ID = re.compile(rb'"id"\s*:\s*"(msg_[^"]+)"')
+
+
+def renamed(body: bytes, count: int) -> Iterator[bytes]:
+    """`count` copies of an Anthropic body, each with a response id of its own: a store
+    holds a provider response once, so every round records a response of its own."""
+    found = _MESSAGE_ID.search(body)
+    assert found is not None, "no message id in the body"
+    original = found.group(1)
+    for i in range(count):
+        yield body.replace(original, original + b"-%06d" % i)
+
+
 def ingest_figures(sizes: Sizes, folder: Path) -> list[Figure]:
     """8d, 8e: ingest of a web search stream against its decode alone."""
     commit = _commit_time(folder, max(sizes.append_rounds, 30))
@@ -363,9 +377,10 @@ def _ingest_figure(letter: str, path: Path, sizes: Sizes, folder: Path, commit: 
     with open_store(f"sqlite:///{folder / f'decoding-ingest-{letter}.db'}") as store:
         service = store.service
         conversations = iter([service.start() for _ in range(rounds + warmup)])
+        bodies = renamed(body, rounds + warmup)
 
         def ours() -> None:
-            outcome = service.ingest(next(conversations), decode([body]))
+            outcome = service.ingest(next(conversations), decode([next(bodies)]))
             assert outcome.ended == "completed" and outcome.events
 
         def baseline() -> None:
