@@ -7,6 +7,7 @@ replays the project's example captures (slowly, where the test watches the strea
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -20,9 +21,13 @@ from pathlib import Path
 import pytest
 
 from convstore.adapters import cli
+from convstore.adapters.terminal.live import LiveView
+from convstore.adapters.terminal.render import Renderer
+from convstore.adapters.wire.preview import Piece
 from convstore.domain import (
     AssistantText,
     HostedActivity,
+    Reasoning,
     ResponseEnded,
     ResponseStarted,
     TurnEnded,
@@ -380,3 +385,124 @@ def test_a_signal_during_ingest_records_what_was_read(
     again = json.loads(capsys.readouterr().out)
     assert code == 0
     assert again["responses"][0]["attempt"] == 2
+
+
+def _stream(message_id: str, text: str, stop_reason: str) -> bytes:
+    """A minimal Messages API stream, as the API documents it."""
+    events = [
+        {
+            "type": "message_start",
+            "message": {
+                "id": message_id,
+                "type": "message",
+                "role": "assistant",
+                "model": "claude-sonnet-4-5-20250929",
+                "content": [],
+                "stop_reason": None,
+                "usage": {"input_tokens": 12, "output_tokens": 1},
+            },
+        },
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}},
+        {"type": "content_block_stop", "index": 0},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+            "usage": {"output_tokens": 16},
+        },
+        {"type": "message_stop"},
+    ]
+    return b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events)
+
+
+def test_continue_on_length_sends_the_cut_answer_as_a_prefill(
+    url: str, server: ReplayServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--continue-on-length`: an answer cut at `max_tokens` is sent back as the
+    assistant's prefill and continued in the same turn; without it, `ask` stops."""
+    cut = _stream("msg_cut_0001", "Uji has grown tea since the", "max_tokens")
+    rest = _stream("msg_cut_0002", " 14th century.", "end_turn")
+    for body in (cut, rest):
+        server.enqueue(Reply(body=body, content_type="text/event-stream"))
+    base = f"providers.anthropic.base_url={server.url}"
+    argv = ["--db", url, "ask", QUESTION, "--model", MODEL, "--cfg", base]
+    assert cli.main([*argv, "--continue-on-length"]) == 0
+    out, _ = capsys.readouterr()
+    assert out.count("conversation ") == 1
+    assert "Uji has grown tea since the\n— tokens in 12, out 16 · max_tokens\n 14th century." in out
+    first, second = (json.loads(r.body) for r in server.requests)
+    assert second["messages"][:1] == first["messages"]
+    assert second["messages"][-1] == {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "Uji has grown tea since the"}],
+    }
+    events = stored(url, conversation_of(out))
+    assert [e.turn_id for e in events if isinstance(e, TurnEnded)] == ["turn-1"]
+    server.enqueue(Reply(body=cut, content_type="text/event-stream"))
+    assert cli.main([*argv, "--conversation", conversation_of(out)]) == 0
+    assert len(server.requests) == 3  # no continuation unless asked for
+
+
+class _Terminal:
+    """A text stream that says it is a terminal."""
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    def write(self, text: str) -> int:
+        self.text += text
+        return len(text)
+
+    def isatty(self) -> bool:
+        return True
+
+
+def _view(*, terminal: bool, **options: bool) -> tuple[LiveView, _Terminal | io.StringIO]:
+    stream: _Terminal | io.StringIO = _Terminal() if terminal else io.StringIO()
+    return LiveView(Renderer(stream), **options), stream
+
+
+def _shown(stream: _Terminal | io.StringIO) -> str:
+    return stream.text if isinstance(stream, _Terminal) else stream.getvalue()
+
+
+def test_reasoning_shows_its_first_line_dimmed_on_a_terminal_only() -> None:
+    started = ResponseStarted(response_id="r1", provider="anthropic")
+    thinking = ["The user asks about Uji.\nI should search", " for cafés.\nThen answer."]
+    for terminal in (True, False):
+        view, stream = _view(terminal=terminal)
+        view.draft(started)
+        for piece in thinking:
+            view.piece(Piece("reasoning", piece))
+        view.draft(Reasoning(response_id="r1", text="".join(thinking)))
+        view.piece(Piece("text", "Try Chazen-an."))
+        shown = _shown(stream)
+        assert "reasoning: The user asks about Uji. …\n" in shown.replace("\x1b[2m", "").replace(
+            "\x1b[0m", ""
+        )
+        assert "I should search" not in shown and "Try Chazen-an." in shown
+        assert ("\x1b[2m" in shown) is terminal
+    view, stream = _view(terminal=False, show_reasoning=True)
+    view.draft(started)
+    for piece in thinking:
+        view.piece(Piece("reasoning", piece))
+    assert "I should search for cafés.\nThen answer." in _shown(stream)
+
+
+def test_hostile_text_stays_inert_while_it_streams() -> None:
+    view, stream = _view(terminal=True)
+    view.draft(ResponseStarted(response_id="r1", provider="anthropic"))
+    for piece in ("Hello \x1b]0;pwned\x07", "\x1b[31mred", "\u202eevil", "\x1b", "[2J done"):
+        view.piece(Piece("text", piece))
+    view.draft(
+        HostedActivity(
+            activity_id="a1",
+            name="web_search",
+            state="completed",
+            input={"query": "\x1b[1mbold"},
+            summary="3 results\x07",
+        )
+    )
+    shown = _shown(stream).replace("\x1b[2m", "").replace("\x1b[0m", "")
+    assert "\x1b" not in shown and "\x07" not in shown and "\u202e" not in shown
+    assert '⚒ web search: "␛bold"\n  3 results␇' in shown

@@ -56,6 +56,7 @@ class LiveView:
         self.show_reasoning = show_reasoning
         self.quiet = quiet
         self._at_line_start = True
+        self._conversation: object = None
         self._reset()
 
     def _reset(self) -> None:
@@ -95,9 +96,10 @@ class LiveView:
     # --- what arrives ----------------------------------------------------------------------
 
     def begin(self, conversation_id: object) -> None:
-        """The provider answered: say where the answer is recorded."""
-        if not self.quiet:
+        """The provider answered: say where the answer is recorded (once per `ask`)."""
+        if not self.quiet and conversation_id != self._conversation:
             self._line(f"conversation {conversation_id}")
+        self._conversation = conversation_id
 
     def piece(self, piece: Piece) -> None:
         """Show a piece of a block still streaming."""
