@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from convstore.adapters import cli
-from convstore.adapters.cli import demo
+from convstore.adapters.cli import demo, registry
 from convstore.domain import (
     ActivityId,
     AssistantText,
@@ -387,10 +387,11 @@ def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
 def test_unexpected_errors_exit_1_with_a_short_sanitized_line(
     capsys: pytest.CaptureFixture[str], url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(args: Any, session: cli.Session) -> int:
+    def broken(args: Any, session: registry.Session) -> int:
         raise RuntimeError(f"boom {OSC_TITLE}\nsecond line")
 
-    monkeypatch.setitem(cli.COMMANDS, "list", cli.Command("list", "", lambda p: None, broken))
+    command = registry.Command("list", "", lambda p: None, broken)
+    monkeypatch.setitem(registry.COMMANDS, "list", command)
     code, out, err = run(capsys, "--db", url, "list")
     assert (code, out) == (1, "")
     line = one_error_line(err)

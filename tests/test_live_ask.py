@@ -506,3 +506,24 @@ def test_hostile_text_stays_inert_while_it_streams() -> None:
     shown = _shown(stream).replace("\x1b[2m", "").replace("\x1b[0m", "")
     assert "\x1b" not in shown and "\x07" not in shown and "\u202e" not in shown
     assert '⚒ web search: "␛bold"\n  3 results␇' in shown
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_the_program_starts_is_one_line(tmp_path: Path, signum: int) -> None:
+    """Ctrl-C while the commands' modules load exits 128 + N with one line, no traceback."""
+    script = Path(sys.executable).with_name("convstore")
+    for delay in (0.1, 0.2, 0.3):
+        child = subprocess.Popen(
+            [str(script), "--db", str(tmp_path / "none.db"), "list"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        time.sleep(delay)
+        child.send_signal(signum)
+        out, err = child.communicate(timeout=30)
+        if child.returncode == 2 or b"init_import_site" in err:
+            continue  # it had done its work already, or Python itself was still starting
+        assert child.returncode in (128 + signum, -signum), err
+        assert b"Traceback" not in err
+        if child.returncode == 128 + signum:
+            assert err.count(b"\n") == 1, err

@@ -13,186 +13,43 @@ stopped by signal N: 130 for SIGINT (Ctrl-C), 143 for SIGTERM (a command that se
 as `project --follow`, stops gracefully on either and exits 0). The README's table is the
 contract.
 
-`demo` runs the main job end to end through the command line (`make demo`).
+`demo` runs the main job end to end through the command line (`make demo`). The program
+itself is `program`; this package's `main` loads it on first use, so that `run` (the
+`convstore` script) handles Ctrl-C from its first instant: while the commands' modules
+load, SIGINT and SIGTERM exit 130 and 143 with one line, never a traceback.
 
 May import: everything in convstore; nothing imports it.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import sys
-import threading
-import traceback
 from collections.abc import Sequence
-
-from convstore.adapters.cli import conversations, index, integrity, record
-from convstore.adapters.cli.registry import (
-    COMMANDS,
-    ENV_DEBUG,
-    ENV_URL,
-    PROG,
-    Command,
-    LogLines,
-    Session,
-)
-from convstore.adapters.terminal import render
-from convstore.adapters.terminal.render import Renderer, TextStream
-from convstore.domain.errors import ConvstoreError
-
-COMMAND_MODULES = (conversations, record, integrity, index)
-"""The modules whose `@command` functions make the subcommands, in `--help` order."""
-
-
-class _OutputFailed(Exception):
-    """Writing stdout failed (a full disk, `/dev/full`, an I/O error): exit 2, one line."""
-
-    def __init__(self, error: OSError) -> None:
-        super().__init__(error.strerror or str(error))
-
-
-class _Output:
-    """stdout as the renderer's stream: a failed write is an `_OutputFailed`, not an
-    internal error (a reader that went away stays a BrokenPipeError)."""
-
-    def __init__(self, stream: TextStream) -> None:
-        self.stream = stream
-        self.encoding: str | None = getattr(stream, "encoding", None)
-
-    def write(self, text: str, /) -> object:
-        try:
-            return self.stream.write(text)
-        except BrokenPipeError:
-            raise
-        except OSError as error:
-            raise _OutputFailed(error) from None
-
-    def flush(self) -> None:
-        flush = getattr(self.stream, "flush", None)
-        try:
-            if flush is not None:
-                flush()
-        except BrokenPipeError:
-            raise
-        except OSError as error:
-            raise _OutputFailed(error) from None
-
-    def isatty(self) -> bool:
-        isatty = getattr(self.stream, "isatty", None)
-        return bool(isatty and isatty())
-
-
-class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage, help and error text go through the renderer."""
-
-    def _print_message(self, message: str, file: TextStream | None = None) -> None:
-        if message:
-            stream = file or sys.stderr
-            Renderer(_Output(stream) if stream is sys.stdout else stream).write(message)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser, with one subparser per registered command."""
-    parser = _Parser(prog=PROG, description="An event-sourced store for LLM conversations.")
-    db_help = f"the store: a path, sqlite:///…, postgresql://… (default: ${ENV_URL}, then a file"
-    db_help += " in the user data folder)"
-    parser.add_argument("--db", metavar="URL", default=None, help=db_help)
-    # `--db` is accepted after the command too; SUPPRESS keeps the global value if absent.
-    common = _Parser(add_help=False)
-    common.add_argument("--db", metavar="URL", default=argparse.SUPPRESS, help=db_help)
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    modules = [module.__name__ for module in COMMAND_MODULES]
-    in_order = sorted(  # stable: within a module, the order of definition; others last
-        COMMANDS.values(),
-        key=lambda spec: (
-            modules.index(spec.run.__module__) if spec.run.__module__ in modules else len(modules)
-        ),
-    )
-    for spec in in_order:
-        sub = subparsers.add_parser(
-            spec.name, help=spec.help, description=spec.help, parents=[common]
-        )
-        spec.arguments(sub)
-        sub.set_defaults(run=spec.run)
-    return parser
-
-
-class Stopped(KeyboardInterrupt):
-    """A signal other than SIGINT stopped the command; it unwinds as Ctrl-C does."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _stop(signum: int, frame: object) -> None:
-    raise Stopped(signum)
+from types import FrameType
+from typing import NoReturn
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code."""
-    if threading.current_thread() is not threading.main_thread():
-        return _main(argv)
-    previous = signal.signal(signal.SIGTERM, _stop)
-    try:
-        return _main(argv)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    from convstore.adapters.cli.program import main as run_program
+
+    return run_program(argv)
 
 
-def _main(argv: Sequence[str] | None) -> int:
-    out, err = Renderer(_Output(sys.stdout)), Renderer(sys.stderr)
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exit_:  # usage errors (2) and --help (0), already printed
-        status = exit_.code
-        return status if isinstance(status, int) else (0 if status is None else 2)
-    except _OutputFailed as failed:  # `--help` to a full disk
-        return _output_failed(err, failed)
-    session = Session(
-        args.db or os.environ.get(ENV_URL) or None, out, err, getattr(args, "cfg", ())
-    )
-    try:
-        with LogLines(err):  # every command's log lines reach stderr sanitized
-            code: int = args.run(args, session)
-        out.flush()
-        return code
-    except ConvstoreError as error:
-        err.line(f"{PROG}: error: {render.one_line(str(error))}")
-        return 2
-    except KeyboardInterrupt as stopped:
-        signum = stopped.signum if isinstance(stopped, Stopped) else signal.SIGINT
-        err.line(f"{PROG}: {'interrupted' if signum == signal.SIGINT else 'terminated'}")
-        return 128 + signum
-    except _OutputFailed as failed:
-        return _output_failed(err, failed)
-    except BrokenPipeError:
-        _silence_stdout()  # the reader went away (`convstore list | head`)
-        return 1
-    except Exception as error:
-        if os.environ.get(ENV_DEBUG):
-            err.write(traceback.format_exc())
-        detail = render.shorten(str(error), 300)
-        err.line(f"{PROG}: internal error: {type(error).__name__}: {detail}")
-        return 1
-    finally:
-        session.close()
+def _starting(signum: int, frame: FrameType | None) -> NoReturn:
+    stopped = "interrupted" if signum == signal.SIGINT else "terminated"
+    os.write(2, f"convstore: {stopped}\n".encode())
+    raise SystemExit(128 + signum)
 
 
-def _output_failed(err: Renderer, failed: _OutputFailed) -> int:
-    _silence_stdout()  # what is still buffered must not fail again at exit
-    err.line(f"{PROG}: error: cannot write the output: {render.one_line(str(failed))}")
-    return 2
+def run() -> NoReturn:
+    """The `convstore` program: run the command line with `sys.argv` and exit with its code."""
+    signal.signal(signal.SIGINT, _starting)
+    signal.signal(signal.SIGTERM, _starting)
+    from convstore.adapters.cli import program
 
-
-def _silence_stdout() -> None:
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
-
-
-__all__ = ["COMMANDS", "Command", "Session", "build_parser", "main"]
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # `main` installs its own
+    sys.exit(program.main())

@@ -1,5 +1,5 @@
 """`python -m convstore.adapters.cli`: the command line."""
 
-from convstore.adapters.cli import main
+from convstore.adapters.cli import run
 
-raise SystemExit(main())
+run()

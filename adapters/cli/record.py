@@ -88,7 +88,8 @@ def ingest(args: argparse.Namespace, session: Session) -> int:
         session.err.line(f"{PROG}: error: {render.one_line(report.error)}")
     if report.interrupted is not None:
         stopped = "interrupted" if report.interrupted == signal.SIGINT else "terminated"
-        session.err.line(f"{PROG}: {stopped}; what arrived is recorded")
+        kept = "; what arrived is recorded" if report.responses else ""
+        session.err.line(f"{PROG}: {stopped}{kept}")
         return 128 + report.interrupted
     return report.exit_code
 
