@@ -391,7 +391,8 @@ def test_a_file_holding_no_response_exits_2_and_starts_nothing(
     code, data, err = ingest(capsys, url, bad)
     assert code == 2
     assert data["conversation_id"] is None and data["responses"] == []
-    assert set(data) == {"conversation_id", "responses", "error"}
+    assert set(data) == {"conversation_id", "responses", "error", "error_detail"}
+    assert data["error_detail"] == {"type": "DecodeError", "message": data["error"]}
     assert err.startswith("convstore: error: ") and str(bad) in err
     assert len(err.splitlines()) == 1
     assert versions(url) == {}  # no conversation left behind

@@ -69,8 +69,11 @@ def stored(url: str, conversation: str) -> list[Event]:
         return list(store.service.events(parse_conversation_id(conversation)))
 
 
-def store_bytes(tmp_path: Path) -> dict[str, bytes]:
-    return {f.name: f.read_bytes() for f in sorted(tmp_path.glob("convstore.db*")) if f.is_file()}
+def store_bytes(tmp_path: Path) -> tuple[bytes, bytes]:
+    """The store's database file and its write-ahead log (none: empty). The `-shm` index
+    is left out: a reader maps it, and it holds no data."""
+    wal = tmp_path / "convstore.db-wal"
+    return (tmp_path / "convstore.db").read_bytes(), wal.read_bytes() if wal.exists() else b""
 
 
 class Child:
@@ -350,6 +353,11 @@ def test_each_refused_ask_and_ingest_leaves_the_store_unchanged(
     assert refused["error_detail"]["type"] == "ConfigurationError"
     assert store_bytes(tmp_path) == before
     assert len(server.requests) == 1  # none of the refused was sent
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    code = cli.main(["--db", f"sqlite:///{fresh / 'new.db'}", "ask", QUESTION, "--model", MODEL])
+    assert code == 2
+    assert list(fresh.iterdir()) == []  # a refused ask creates no store
 
 
 def test_a_signal_during_ingest_records_what_was_read(
@@ -520,7 +528,7 @@ def test_a_signal_while_the_program_starts_is_one_line(tmp_path: Path, signum: i
         )
         time.sleep(delay)
         child.send_signal(signum)
-        out, err = child.communicate(timeout=30)
+        _, err = child.communicate(timeout=30)
         if child.returncode == 2 or b"init_import_site" in err:
             continue  # it had done its work already, or Python itself was still starting
         assert child.returncode in (128 + signum, -signum), err

@@ -176,9 +176,10 @@ def ask(args: argparse.Namespace, session: Session) -> int:
     try:
         provider = args.provider or _recorded_provider(session, conversation) or "anthropic"
         report = asking.ask(
-            session.service,
+            session.reader.service if conversation is not None else None,
             provider,
             args.text,
+            writer=lambda: session.service,  # opened once the provider answers
             conversation_id=conversation,
             cfg=args.cfg,
             model=args.model,
@@ -236,7 +237,7 @@ def _recorded_provider(session: Session, conversation: ConversationId | None) ->
         return None
     providers = [
         e.provider
-        for e in session.service.history(conversation)
+        for e in session.reader.service.history(conversation)
         if isinstance(e, ResponseStarted) and e.origin == "provider"
     ]
     return providers[-1] if providers else None

@@ -75,10 +75,11 @@ class AskReport(msgspec.Struct, kw_only=True):
 
 
 def ask(
-    service: ConversationService,
+    service: ConversationService | None,
     provider: str,
     text: str,
     *,
+    writer: Callable[[], ConversationService] | None = None,
     conversation_id: ConversationId | None = None,
     cfg: Iterable[str] = (),
     model: str | None = None,
@@ -94,7 +95,12 @@ def ask(
     ConfigurationError). Continuing a conversation on another provider first records that
     provider's pending hosted activities `abandoned`. A signal while a response streams
     ends it as a partial commit and stops (`AskReport.interrupted`).
+
+    `service` reads the conversation continued (None: no store is read, for a new
+    conversation); `writer` opens the service the answer is recorded through, once the
+    provider answers (default: `service`), so a refused `ask` opens no store to write.
     """
+    recording = _Writer(writer or _given(service))
     provider_adapter = adapter(provider)
     config = load_config(list(cfg))
     settings = _checked(config)
@@ -106,6 +112,8 @@ def ask(
     events: list[Event] = []
     notes: list[str] = []
     if conversation_id is not None:
+        if service is None:
+            raise ConfigurationError("continuing a conversation needs its store")
         events = service.history(conversation_id)
         notes = _unanswered_calls(service, conversation_id)
     encode = provider_adapter.need_encode()
@@ -116,7 +124,7 @@ def ask(
     for _ in range(settings.ask.max_continuations + 1):
         report.notes.extend(getattr(request, "notes", ()))
         end = _one_response(
-            service,
+            recording,
             provider_adapter,
             request,
             config,
@@ -134,8 +142,30 @@ def ask(
             continue_on_length and end.finish_reason == CUT_AT_LENGTH
         ):
             break
-        request = encode(service.history(report.conversation_id), config, model, None)
+        request = encode(recording().history(report.conversation_id), config, model, None)
     return report
+
+
+class _Writer:
+    """The recording service, opened on first use."""
+
+    def __init__(self, open_writer: Callable[[], ConversationService]) -> None:
+        self._open = open_writer
+        self._service: ConversationService | None = None
+
+    def __call__(self) -> ConversationService:
+        if self._service is None:
+            self._service = self._open()
+        return self._service
+
+
+def _given(service: ConversationService | None) -> Callable[[], ConversationService]:
+    def given() -> ConversationService:
+        if service is None:
+            raise ConfigurationError("ask needs a service to record through")
+        return service
+
+    return given
 
 
 def _checked(config: Mapping[str, Any]) -> AppConfig:
@@ -165,7 +195,7 @@ def _unanswered_calls(service: ConversationService, conversation_id: Conversatio
 
 
 def _one_response(
-    service: ConversationService,
+    recording: Callable[[], ConversationService],
     provider: ProviderAdapter,
     request: EncodedRequest,
     config: Mapping[str, Any],
@@ -181,6 +211,7 @@ def _one_response(
     body = request.recorded_json()
     try:
         with provider.need_send()(request, config) as stream:
+            service = recording()
             version = _prepare(service, provider, report, start=start, watcher=watcher)
             with Interrupts() as interrupts:
                 thread = RecordingThread(
@@ -212,6 +243,7 @@ def _one_response(
                 _, outcome = thread.close()
                 report.interrupted = interrupts.signum
     except ProviderHTTPError as error:
+        service = recording()
         version = _prepare(service, provider, report, start=start, watcher=watcher)
         drafts = list(provider.decode(error.body, body, error.status))
         if watcher is not None:
