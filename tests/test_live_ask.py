@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -535,3 +536,39 @@ def test_a_signal_while_the_program_starts_is_one_line(tmp_path: Path, signum: i
         assert b"Traceback" not in err
         if child.returncode == 128 + signum:
             assert err.count(b"\n") == 1, err
+
+
+LIVE_SEARCHES = {
+    "anthropic": ("web_search_citations/1.response.sse", "claude-sonnet-4-5", ""),
+    "openai": ("web_search_citations/1.response.sse", "gpt-5.1", "/v1"),
+    "google": ("grounding_search_stream/1.response.sse", "gemini-2.5-flash", "/v1beta"),
+}
+
+
+@pytest.mark.parametrize("provider", sorted(LIVE_SEARCHES))
+def test_each_provider_streams_its_answer_once(
+    url: str,
+    provider: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Pieces shown early and the drafts that close their blocks add up to the answer
+    once, for every provider; the hosted search has its line, and the turn its spend."""
+    capture, model, path = LIVE_SEARCHES[provider]
+    for variable in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY"):
+        monkeypatch.setenv(variable, KEY)
+    with ReplayServer() as replay:
+        body = (EXAMPLES / provider / capture).read_bytes()
+        replay.enqueue(Reply(body=body, content_type="text/event-stream", chunk_size=97))
+        base = f"providers.{provider}.base_url={replay.url}{path}"
+        argv = ["--db", url, "ask", QUESTION, "--provider", provider, "--model", model]
+        code = cli.main([*argv, "--cfg", base])
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, "")
+    events = stored(url, conversation_of(out))
+    answer = "".join(e.text for e in events if isinstance(e, AssistantText))
+    shown = re.sub(r"\[\d+\]", "", out)  # the citation markers, set at each block's end
+    for paragraph in filter(None, (p.strip() for p in answer.split("\n"))):
+        assert shown.count(paragraph) == 1, paragraph
+    assert "⚒ web search: " in out
+    assert "— 1 search" in out or "searches" in out

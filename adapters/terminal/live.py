@@ -21,7 +21,6 @@ from convstore.domain.events import (
     HostedActivity,
     Reasoning,
     ResponseEnded,
-    ResponseStarted,
     ToolCallRequested,
 )
 from convstore.domain.vocabulary import Source
@@ -126,14 +125,14 @@ class LiveView:
         self._write(text, DIM)
 
     def draft(self, draft: Event) -> None:
-        """Show what a closed block (or the response's start or end) adds."""
-        if isinstance(draft, ResponseStarted):
-            self._reset()
-        elif isinstance(draft, AssistantText):
+        """Show what a closed block, or the response's end, adds (its start adds nothing:
+        its first pieces may come before it, as Gemini's first chunk opens it)."""
+        if isinstance(draft, AssistantText):
             self._answer(draft)
         elif self.quiet:
             if isinstance(draft, ResponseEnded):
                 self._end_answer()
+                self._reset()
         elif isinstance(draft, Reasoning):
             self._reasoning_draft(draft)
         elif isinstance(draft, HostedActivity):
@@ -201,6 +200,7 @@ class LiveView:
             for source, n in self._sources.items():
                 self._line(f"  {source_line(n, source)}")
         self._line(closing_line(end, self._activities.values()))
+        self._reset()
 
 
 def closing_line(end: ResponseEnded, activities: Iterable[tuple[str, dict[str, Any]]]) -> str:
