@@ -63,6 +63,7 @@ from convstore.domain.vocabulary import (
     TextRange,
     ToolDeclaration,
 )
+from tests.consenting import anthropic_consent, requests_of
 
 WIRE = Path(__file__).resolve().parents[2] / "shared" / "wire" / "anthropic"
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "anthropic"
@@ -175,7 +176,7 @@ def test_encoding_rebuilds_the_next_captured_request(folder: Path, n: int) -> No
     last_assistant = max(i for i, m in enumerate(wanted["messages"]) if m["role"] == "assistant")
     assert held > last_assistant
 
-    encoded = encode_request(events_of(conversation), config=DEFAULT)
+    encoded = encode_request(events_of(conversation), config=anthropic_consent(following))
     raw = encoded.to_json()
     body = json.loads(raw)
     assert normalized(body["messages"]) == normalized(wanted["messages"])
@@ -224,7 +225,8 @@ def test_recorded_traffic_round_trips(folder: Path) -> None:
         record_history(conversation, request)
     response = response_file(folder, 0)
     record_response(conversation, response, request)
-    encoded = encode_request(events_of(conversation), config=DEFAULT)
+    config = DEFAULT if request is None else anthropic_consent(request)
+    encoded = encode_request(events_of(conversation), config=config)
     raw = encoded.to_json()
     body = json.loads(raw)
     sampling = set(json.loads(request or b"{}")) & SAMPLING  # the API refuses them now
@@ -411,6 +413,11 @@ def test_a_mixed_batch_replays_the_pending_search_then_the_client_results() -> N
         "content": "in transit",
     }
     assert [t["name"] for t in body["tools"]] == ["web_search", "lookup_order"]
+    for config in (disabled, DEFAULT):  # kept, and said so
+        encoded = encode_request(events_of(conversation), config=config)
+        assert encoded.kept_declared == ("web_search",)
+        [kept] = [loss for loss in encoded.losses if loss.kind == "kept_declared"]
+        assert kept.event == "HostedActivity" and "srvtoolu_" in kept.reason
     # Enabled with other knobs: the pending activity keeps the declaration it began under.
     enabled = AnthropicConfig.from_block({"hosted_tools": {"web_search": {"enable": True}}})
     body = body_of(encode_request(events_of(conversation), config=enabled))
@@ -424,10 +431,18 @@ def test_a_mixed_batch_replays_the_pending_search_then_the_client_results() -> N
 def test_without_a_pending_activity_a_disabled_hosted_tool_is_not_declared() -> None:
     conversation = conversation_through(example("pause_turn"), 2)  # both searches completed
     disabled = AnthropicConfig.from_block({"hosted_tools": {"web_search": {"enable": False}}})
-    body = body_of(encode_request(events_of(conversation), config=disabled))
-    assert "tools" not in body
-    kept = body_of(encode_request(events_of(conversation), config=DEFAULT))
-    assert [t["name"] for t in kept["tools"]] == ["web_search"]
+    for config in (disabled, DEFAULT):  # the recording declared it: that is no consent
+        encoded = encode_request(events_of(conversation), config=config)
+        assert "tools" not in body_of(encoded)
+        assert b"web_search_2" not in encoded.to_json().split(b'"messages"')[0]
+        [loss] = encoded.losses
+        assert (loss.event, loss.kind) == ("ResponseStarted", "tool_declaration")
+        assert "providers.anthropic.hosted_tools.web_search.enable = true" in loss.reason
+        assert encoded.kept_declared == ()
+    enabled = AnthropicConfig.from_block({"hosted_tools": {"web_search": {"enable": True}}})
+    kept = encode_request(events_of(conversation), config=enabled)
+    assert body_of(kept)["tools"] == [{"type": "web_search_20250305", "name": "web_search"}]
+    assert kept.losses == []
 
 
 def test_pause_turn_resends_the_paused_content_unchanged() -> None:
@@ -461,7 +476,7 @@ def test_an_interrupted_activity_is_left_out_with_a_loss() -> None:
         list(detect_and_decode(stream[:cut], request=RequestContext.from_body(request)))
     )
     assert conversation.pending_activities()  # the record keeps it started
-    encoded = encode_request(events_of(conversation), config=DEFAULT)
+    encoded = encode_request(events_of(conversation), config=anthropic_consent(request))
     assert b"server_tool_use" not in encoded.to_json()
     assert [(loss.event, loss.kind) for loss in encoded.losses] == [
         ("HostedActivity", "hosted_activity")
@@ -473,7 +488,9 @@ def test_an_abandoned_activity_emits_neither_block() -> None:
     conversation = conversation_through(example("mixed_batch"), 1)
     [pending] = conversation.pending_activities()
     conversation.record(HostedActivity(activity_id=pending, name="web_search", state="abandoned"))
-    encoded = encode_request(events_of(conversation), config=DEFAULT)
+    encoded = encode_request(
+        events_of(conversation), config=anthropic_consent(*requests_of(example("mixed_batch")))
+    )
     raw = encoded.to_json()
     assert b"server_tool_use" not in raw and b"tool_use" in raw
     assert [loss.kind for loss in encoded.losses] == ["hosted_activity"]
@@ -530,7 +547,8 @@ def test_a_signature_bound_to_another_model_is_left_out() -> None:
 def test_search_results_and_their_citations_follow_the_binding() -> None:
     folder = example("pause_turn")
     conversation = conversation_through(folder, 2)
-    other = encode_request(events_of(conversation), config=DEFAULT, model="claude-opus-4-1")
+    config = anthropic_consent(*requests_of(folder))
+    other = encode_request(events_of(conversation), config=config, model="claude-opus-4-1")
     raw = other.to_json()
     assert b"encrypted_content" not in raw and b"encrypted_index" not in raw
     assert b"server_tool_use" not in raw
@@ -721,7 +739,8 @@ def with_tool_choice(
 
 
 def test_tool_choice_is_never_broadened_to_hosted_tools() -> None:
-    narrowed = encode_request(events_of(with_tool_choice({"type": "any"})), config=DEFAULT)
+    consent = anthropic_consent(*requests_of(example("mixed_batch")))
+    narrowed = encode_request(events_of(with_tool_choice({"type": "any"})), config=consent)
     assert body_of(narrowed)["tool_choice"] == {"type": "tool", "name": "lookup_order"}
     assert [loss.kind for loss in narrowed.losses] == ["tool_choice"]
     other = {"name": "cancel_order", "input_schema": {"type": "object"}}
@@ -731,12 +750,12 @@ def test_tool_choice_is_never_broadened_to_hosted_tools() -> None:
                 {"type": "any", "disable_parallel_tool_use": True}, extra_tools=[other]
             )
         ),
-        config=DEFAULT,
+        config=consent,
     )
     assert body_of(auto)["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}
     assert [loss.kind for loss in auto.losses] == ["tool_choice"]
     forced = encode_request(
-        events_of(with_tool_choice({"type": "tool", "name": "web_search"})), config=DEFAULT
+        events_of(with_tool_choice({"type": "tool", "name": "web_search"})), config=consent
     )
     assert "tool_choice" not in body_of(forced)
     assert "unsupported" in forced.losses[0].reason
@@ -824,10 +843,13 @@ def test_a_hosted_tool_the_model_or_endpoint_cannot_serve_fails_before_any_reque
         encode_request(events_of(conversation), config=config, model=model)
 
 
-def test_a_recorded_hosted_tool_is_validated_against_a_new_model() -> None:
-    conversation = conversation_through(example("pause_turn"), 2)
-    with pytest.raises(ConfigurationError, match="web_search is not available"):
-        encode_request(events_of(conversation), config=DEFAULT, model="claude-3-haiku-20240307")
+def test_pending_work_bound_to_another_model_keeps_no_tool_declared() -> None:
+    conversation = conversation_through(example("mixed_batch"), 1)  # a search is pending
+    encoded = encode_request(events_of(conversation), config=DEFAULT, model="claude-opus-4-1")
+    assert "tools" in body_of(encoded)  # the client tool
+    assert [t["name"] for t in body_of(encoded)["tools"]] == ["lookup_order"]
+    assert encoded.kept_declared == ()
+    assert {loss.kind for loss in encoded.losses} >= {"hosted_activity", "tool_declaration"}
 
 
 def test_the_container_of_a_paused_code_execution_is_kept() -> None:

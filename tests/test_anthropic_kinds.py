@@ -35,6 +35,7 @@ from convstore.domain.events import (
     UnknownArtifact,
 )
 from convstore.domain.vocabulary import CallId
+from tests.consenting import anthropic_consent, requests_of
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "anthropic"
 DEFAULT = AnthropicConfig()
@@ -91,8 +92,15 @@ def wanted_messages(name: str, n: int) -> list[Any]:
     return messages
 
 
-def sent(events: list[Event], **kwargs: Any) -> tuple[dict[str, Any], Any]:
-    encoded = encode_request(events, config=DEFAULT, **kwargs)
+def consent(name: str) -> AnthropicConfig:
+    """The configuration of the person who sent an example's requests."""
+    return anthropic_consent(*requests_of(folder_of(name)))
+
+
+def sent(
+    events: list[Event], config: AnthropicConfig = DEFAULT, **kwargs: Any
+) -> tuple[dict[str, Any], Any]:
+    encoded = encode_request(events, config=config, **kwargs)
     body: dict[str, Any] = json.loads(encoded.to_json())
     return body, encoded
 
@@ -151,11 +159,19 @@ def test_mcp_calls_streamed_and_not_are_hosted_activities() -> None:
 
 def test_mcp_replays_to_anthropic_with_its_servers_and_beta() -> None:
     conversation = conversation_through("mcp_connector", 2)
-    body, encoded = sent(list(conversation.pending))
+    body, encoded = sent(list(conversation.pending), consent("mcp_connector"))
     wanted = json.loads(request_of("mcp_connector", 3))
     assert body["messages"] == wanted["messages"]
     assert (body["mcp_servers"], body["tools"]) == (wanted["mcp_servers"], wanted["tools"])
     assert encoded.betas == ("mcp-client-2025-11-20",) and encoded.losses == []
+    # Not enabled: the paused MCP call keeps its server and toolset declared, and says so.
+    body, encoded = sent(list(conversation.pending))
+    assert (body["mcp_servers"], body["tools"]) == (wanted["mcp_servers"], wanted["tools"])
+    assert encoded.kept_declared == ("mcp:docs",)
+    assert [(loss.event, loss.kind) for loss in encoded.losses] == [
+        ("HostedActivity", "kept_declared")
+    ]
+    assert "providers.anthropic.hosted_tools.mcp.enable" in encoded.losses[0].reason
     # The connector's first version: servers alone, no toolset.
     legacy = json.loads(request_of("mcp_connector", 1))
     del legacy["tools"]
@@ -165,9 +181,43 @@ def test_mcp_replays_to_anthropic_with_its_servers_and_beta() -> None:
         conversation.record_all(message.drafts)
     context = RequestContext.from_body(request)
     conversation.record_all(decode_message(response_of("mcp_connector", 2), request=context))
-    body, encoded = sent(list(conversation.pending))
+    body, encoded = sent(list(conversation.pending), consent("mcp_connector"))
     assert "tools" not in body and body["mcp_servers"] == legacy["mcp_servers"]
-    assert encoded.betas == ("mcp-client-2025-04-04",)
+    assert encoded.betas == ("mcp-client-2025-04-04",) and encoded.losses == []
+    body, encoded = sent(list(conversation.pending))  # kept for the paused call
+    assert body["mcp_servers"] == legacy["mcp_servers"]
+    assert encoded.kept_declared == ("mcp:docs",)
+    assert [loss.kind for loss in encoded.losses] == ["kept_declared"]
+
+
+def test_mcp_servers_are_declared_only_with_consent() -> None:
+    conversation = conversation_through("mcp_connector", 3)  # nothing pending
+    body, encoded = sent(list(conversation.pending))
+    assert "mcp_servers" not in body and "tools" not in body and encoded.betas == ()
+    [loss] = encoded.losses
+    assert (loss.kind, loss.event) == ("tool_declaration", "ResponseStarted")
+    assert "mcp:docs" in loss.reason and "hosted_tools.mcp.enable = true" in loss.reason
+    enabled = AnthropicConfig.from_block({"hosted_tools": {"mcp": {"enable": True}}})
+    body, encoded = sent(list(conversation.pending), enabled)
+    wanted = json.loads(request_of("mcp_connector", 3))
+    assert (body["mcp_servers"], body["tools"]) == (wanted["mcp_servers"], wanted["tools"])
+    assert encoded.losses == [] and encoded.kept_declared == ()
+    # The connector's first version (servers alone): each left out, said once.
+    legacy = json.loads(request_of("mcp_connector", 3))
+    del legacy["tools"]
+    request = json.dumps(legacy).encode()
+    alone = Conversation.start()
+    for message in history_drafts(request):
+        alone.record_all(message.drafts)
+    alone.record_all(
+        detect_and_decode(
+            response_of("mcp_connector", 3), request=RequestContext.from_body(request)
+        )
+    )
+    body, encoded = sent(list(alone.pending))
+    assert "mcp_servers" not in body
+    assert [loss.kind for loss in encoded.losses] == ["tool_declaration"]
+    assert "MCP server" in encoded.losses[0].reason
 
 
 @pytest.mark.parametrize("target", ["openai", "google"])
@@ -211,7 +261,7 @@ def test_a_pause_on_a_server_call_without_its_result() -> None:
 @pytest.mark.parametrize("n", [1, 2])
 def test_each_continuation_replays_the_paused_content_and_opens_with_the_result(n: int) -> None:
     conversation = conversation_through("pause_turn_pending", n)
-    body, encoded = sent(list(conversation.pending))
+    body, encoded = sent(list(conversation.pending), consent("pause_turn_pending"))
     wanted = wanted_messages("pause_turn_pending", n + 1)
     assert body["messages"] == wanted and encoded.losses == []
     assert body["messages"][-1]["content"][-1]["type"] == "server_tool_use"  # the pending call
@@ -300,8 +350,9 @@ def test_code_paused_under_a_dynamic_filtering_web_tool_declares_nothing_more() 
     context = RequestContext.from_body(request)
     conversation.record_all(decode_message(json.dumps(paused).encode(), request=context))
     sent_body, encoded = sent(list(conversation.pending))
-    assert sent_body["tools"] == json.loads(request)["tools"]
-    assert encoded.betas == () and encoded.losses == []
+    assert sent_body["tools"] == json.loads(request)["tools"]  # kept for the paused search
+    assert encoded.betas == () and encoded.kept_declared == ("web_search",)
+    assert [loss.kind for loss in encoded.losses] == ["kept_declared"]
     assert sent_body["messages"][-1]["content"] == body["content"][:1]
 
 

@@ -479,9 +479,20 @@ def test_replay_dry_run(capsys: pytest.CaptureFixture[str], url: str) -> None:
     conversation = start(capsys, url, "web_search_citations")
     before = versions(url)
     dry = ("--db", url, "replay", conversation, "--dry-run")
-    assert run(capsys, *dry, "--to", "anthropic", "--json") == (0, "[]\n", "")
-    code, out, _ = run(capsys, *dry, "--to", "anthropic")
+    search = "providers.anthropic.hosted_tools.web_search"
+    consent = ("--cfg", f"{search}.enable=true", "--cfg", f"{search}.max_uses=3")
+    assert run(capsys, *dry, *consent, "--to", "anthropic", "--json") == (0, "[]\n", "")
+    code, out, _ = run(capsys, *dry, *consent, "--to", "anthropic")
     assert (code, out) == (0, "nothing is left out replaying to anthropic\n")
+    # The recorded web search is no consent: without it, the search is not declared.
+    code, out, _ = run(capsys, *dry, "--to", "anthropic", "--json")
+    [loss] = json.loads(out)
+    assert (code, loss["kind"]) == (0, "tool_declaration")
+    code, out, _ = run(capsys, *dry, "--to", "anthropic")
+    assert code == 0 and "hosted tool web_search is not declared" in out
+    assert f"{search}.enable = true" in out
+    code, out, _ = run(capsys, "--db", url, "replay", conversation, "--to", "anthropic")
+    assert code == 0 and "tools" not in json.loads(out)
     for other in OTHERS:  # a switch leaves the hosted search's payloads out, at least
         code, out, err = run(capsys, *dry, "--to", other, "--model", SWITCH[other], "--json")
         assert (code, err) == (0, "")

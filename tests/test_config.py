@@ -237,7 +237,7 @@ def test_hosted_tools_are_disabled_by_default() -> None:
     assert config.base_url == "https://api.anthropic.com"
     assert config.hosted_tools.enabled() == []
     assert hosted_tool_declarations(config) == {}
-    assert config.hosted_tools.setting("web_search") is None
+    assert not config.hosted_tools.enables("web_search")
 
 
 def test_the_anthropic_block_from_a_fragment(home: Path) -> None:

@@ -563,8 +563,18 @@ def test_search_suggestions_are_a_display_loss(
     capsys: pytest.CaptureFixture[str], url: str
 ) -> None:
     conversation = ingest_sequence(capsys, url, "grounding_search_stream")
+    consent = ("--cfg", "providers.google.hosted_tools.google_search.enable=true")
     code, out, _ = run(
-        capsys, "--db", url, "replay", conversation, "--to", "google", "--dry-run", "--json"
+        capsys,
+        "--db",
+        url,
+        "replay",
+        conversation,
+        "--to",
+        "google",
+        "--dry-run",
+        "--json",
+        *consent,
     )
     assert code == 0
     [loss] = json.loads(out)

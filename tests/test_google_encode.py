@@ -60,6 +60,7 @@ from convstore.domain.events import (
     UserMessage,
 )
 from convstore.domain.vocabulary import ActivityId, ProviderPayload, ResponseId
+from tests.consenting import google_consent
 from tests.gemini_reference import whole_calls
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -299,7 +300,7 @@ def test_encoding_rebuilds_the_next_captured_request(folder: Path, n: int) -> No
     last_model = max(i for i, c in enumerate(wanted["contents"]) if c.get("role") == "model")
     assert held > last_model
 
-    encoded = encode_request(events_of(conversation), config=DEFAULT)
+    encoded = encode_request(events_of(conversation), config=google_consent(following))
     raw = encoded.to_json()
     body = json.loads(raw)
     assert encoded.model == model_of(folder, n + 1)
@@ -542,7 +543,8 @@ def test_a_signature_bound_to_another_model_is_left_out() -> None:
 def test_a_signed_text_part_bound_elsewhere_becomes_plain_text() -> None:
     folder = example("grounding_search_stream")
     conversation = conversation_through(folder, 1)
-    encoded = encode_request(events_of(conversation), config=DEFAULT, model="gemini-2.0-flash")
+    config = google_consent((folder / "1.request.json").read_bytes())
+    encoded = encode_request(events_of(conversation), config=config, model="gemini-2.0-flash")
     body = body_of(encoded)
     assert b"thoughtSignature" not in encoded.to_json()
     texts = [e.text for e in events_of(conversation) if isinstance(e, AssistantText)]
@@ -565,7 +567,8 @@ def test_signature_bytes_reads_both_alphabets() -> None:
 def test_code_execution_replays_both_parts_and_a_cut_run_is_left_out() -> None:
     folder = example("code_execution")
     conversation = conversation_through(folder, 1)
-    body = body_of(encode_request(events_of(conversation), config=DEFAULT))
+    config = google_consent((folder / "1.request.json").read_bytes())
+    body = body_of(encode_request(events_of(conversation), config=config))
     kinds = [next(iter(p.keys() & PART_FIELDS)) for p in body["contents"][1]["parts"]]
     assert kinds == [
         p
@@ -924,17 +927,19 @@ def with_settings(request: dict[str, Any], model: str = "gemini-2.5-flash") -> l
 
 
 WEATHER = {"name": "get_weather", "parameters": {"type": "object"}}
+SEARCH = GoogleConfig.from_block({"hosted_tools": {"google_search": {"enable": True}}})
 
 
 def test_tool_config_is_never_broadened_to_hosted_tools() -> None:
     tools = [{"functionDeclarations": [WEATHER]}, {"googleSearch": {}}]
+    # (Without consent, googleSearch is not declared: see the test after this one.)
     forcing = {
         "functionCallingConfig": {
             "mode": "ANY",
             "allowedFunctionNames": ["googleSearch", "get_weather"],
         }
     }
-    encoded = encode_request(with_settings({"tools": tools, "toolConfig": forcing}), config=DEFAULT)
+    encoded = encode_request(with_settings({"tools": tools, "toolConfig": forcing}), config=SEARCH)
     body = body_of(encoded)
     assert body["toolConfig"] == {
         "functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["get_weather"]}
@@ -946,7 +951,7 @@ def test_tool_config_is_never_broadened_to_hosted_tools() -> None:
         "functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["googleSearch"]}
     }
     encoded = encode_request(
-        with_settings({"tools": tools, "toolConfig": only_hosted}), config=DEFAULT
+        with_settings({"tools": tools, "toolConfig": only_hosted}), config=SEARCH
     )
     assert "toolConfig" not in body_of(encoded)
     assert [loss.kind for loss in encoded.losses] == ["tool_choice"]
@@ -956,7 +961,7 @@ def test_tool_config_is_never_broadened_to_hosted_tools() -> None:
         "tools": [{"googleSearch": {}}],
         "toolConfig": {"functionCallingConfig": {"mode": "ANY"}},
     }
-    encoded = encode_request(with_settings(hosted_only), config=DEFAULT)
+    encoded = encode_request(with_settings(hosted_only), config=SEARCH)
     assert "toolConfig" not in body_of(encoded)
     assert [loss.kind for loss in encoded.losses] == ["tool_choice"]
 
@@ -1000,9 +1005,18 @@ def test_configuration_overrides_the_recorded_settings() -> None:
         "safetySettings": [{"category": "HARM_CATEGORY_HATE_SPEECH", "threshold": "BLOCK_NONE"}],
     }
     events = with_settings(request)
-    unchanged = body_of(encode_request(events, config=DEFAULT))
+    unchanged = body_of(encode_request(events, config=google_consent(request)))
     for key, value in request.items():
         assert unchanged[key] == value, key
+    # Without consent, the recorded hosted tools are not declared; the functions are.
+    unconsented = encode_request(events, config=DEFAULT)
+    assert body_of(unconsented)["tools"] == [{"functionDeclarations": [WEATHER]}]
+    assert sorted(loss.reason.split(":")[0] for loss in unconsented.losses) == [
+        "hosted tool code_execution is not declared",
+        "hosted tool google_search is not declared",
+    ]
+    assert {loss.kind for loss in unconsented.losses} == {"tool_declaration"}
+    assert unconsented.kept_declared == ()
     config = GoogleConfig.from_block(
         {
             "model": "gemini-2.5-pro",
@@ -1156,7 +1170,7 @@ def test_configuration_defaults() -> None:
     config = GoogleConfig.from_config({})
     assert config.base_url == "https://generativelanguage.googleapis.com/v1beta"
     assert config.hosted_tools.enabled() == []
-    assert config.hosted_tools.setting("google_search") is None
+    assert not config.hosted_tools.enables("google_search")
     with pytest.raises(ConfigurationError, match=r"providers\.google must be a table"):
         GoogleConfig.from_config({"providers": {"google": 3}})
     enabled = GoogleConfig.from_config(

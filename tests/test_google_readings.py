@@ -220,7 +220,8 @@ def test_a_code_run_with_several_results_is_one_activity_ending_as_its_last() ->
 
 def test_several_results_replay_as_their_parts_in_place() -> None:
     events = recorded(decoded("code_execution_results", 1))
-    encoded = encode_request(events, config=GoogleConfig(), model="gemini-3-flash-preview")
+    config = GoogleConfig.from_block({"hosted_tools": {"code_execution": {"enable": True}}})
+    encoded = encode_request(events, config=config, model="gemini-3-flash-preview")
     [model] = [c for c in json.loads(encoded.to_json())["contents"] if c["role"] == "model"]
     body = json.loads((EXAMPLES / "code_execution_results" / "1.response.json").read_bytes())
     assert model["parts"] == body["candidates"][0]["content"]["parts"]

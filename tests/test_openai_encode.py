@@ -73,6 +73,7 @@ from convstore.domain.vocabulary import (
     TextRange,
     ToolDeclaration,
 )
+from tests.consenting import openai_consent
 from tests.recorded import Recorded, recorded_conversations
 from tests.sdk_requests import assert_valid_openai_request, verbatim_paths
 
@@ -271,7 +272,7 @@ def test_encoding_rebuilds_the_next_captured_request(found: list[Exchange], n: i
     # assistant item of it is rebuilt from the stored response.
     assert set(record_history(conversation, following.request)) <= {"user"}
 
-    encoded = encode_request(events_of(conversation), config=DEFAULT)
+    encoded = encode_request(events_of(conversation), config=openai_consent(following.request))
     raw = encoded.to_json()
     body = json.loads(raw)
     wanted = json.loads(following.request)
@@ -345,7 +346,8 @@ def test_every_opaque_value_of_every_completed_response_comes_back(folder: Path)
     for conversation, literals, whole in literal_groups(folder):
         events = events_of(conversation)
         models = [e.model for e in events if isinstance(e, ResponseStarted) and e.model]
-        encoded = encode_request(events, config=STORED, model=None if models else "gpt-5.1")
+        config = openai_consent(*(x.request for x in exchanges(folder)), store=True)
+        encoded = encode_request(events, config=config, model=None if models else "gpt-5.1")
         raw = encoded.to_json()
         for literal in literals:
             assert literal in raw
@@ -988,12 +990,18 @@ def test_configuration_overrides_the_recorded_settings() -> None:
         "text": {"verbosity": "low"},
     }
     events = openai_events(native)
-    body = body_of(encode_request(events, config=DEFAULT))
+    unconsented = encode_request(events, config=DEFAULT)
+    body = body_of(unconsented)
     assert body["model"] == "gpt-5.1" and body["max_output_tokens"] == 100
     assert body["store"] is True  # recorded; config.store absent
     assert body["instructions"] == "Sois bref." and body["text"] == {"verbosity": "low"}
     assert "stream" not in body and "previous_response_id" not in body
-    assert body["tools"] == native["tools"]
+    assert body["tools"] == [FUNCTION]  # the recorded web search is no consent
+    [loss] = unconsented.losses
+    assert loss.kind == "tool_declaration"
+    assert "providers.openai.hosted_tools.web_search.enable = true" in loss.reason
+    consented = encode_request(events, config=openai_consent(msgspec.json.encode(native)))
+    assert body_of(consented)["tools"] == native["tools"] and consented.losses == []
     config = OpenAIConfig.from_config(
         {
             "providers": {
@@ -1035,11 +1043,23 @@ def test_a_pending_activity_keeps_its_tool_declared() -> None:
     native = {"model": "gpt-5.1", "tools": [{"type": "web_search_preview"}]}
     disabled = OpenAIConfig.from_block({"hosted_tools": {"web_search": {"enable": False}}})
     pending = openai_events(native, pending=True)
-    encoded = encode_request(pending, config=disabled)
-    body = body_of(encoded)
-    assert body["tools"] == [{"type": "web_search_preview"}]
-    assert body["input"][-1] == {"id": "ws_1", "type": "web_search_call", "status": "in_progress"}
-    assert encoded.losses == []
+    for config in (disabled, DEFAULT):
+        encoded = encode_request(pending, config=config)
+        body = body_of(encoded)
+        assert body["tools"] == [{"type": "web_search_preview"}]
+        assert body["input"][-1] == {
+            "id": "ws_1",
+            "type": "web_search_call",
+            "status": "in_progress",
+        }
+        [loss] = encoded.losses  # said so
+        assert (loss.event, loss.kind) == ("HostedActivity", "kept_declared")
+        assert "ws_1" in loss.reason and encoded.kept_declared == ("web_search",)
+    # Enabled: kept as it began (the preview type), and nothing to say.
+    enabled = OpenAIConfig.from_block({"hosted_tools": {"web_search": {"enable": True}}})
+    encoded = encode_request(pending, config=enabled)
+    assert body_of(encoded)["tools"] == [{"type": "web_search_preview"}]
+    assert encoded.losses == [] and encoded.kept_declared == ()
     # Declared again from its payload's version when the recorded tools lost it.
     bare = openai_events({"model": "gpt-5.1"}, pending=True)
     assert body_of(encode_request(bare, config=disabled))["tools"] == [
@@ -1050,7 +1070,8 @@ def test_a_pending_activity_keeps_its_tool_declared() -> None:
     encoded = encode_request(interrupted, config=disabled)
     assert "tools" not in body_of(encoded)
     assert [(loss.event, loss.kind) for loss in encoded.losses] == [
-        ("HostedActivity", "hosted_activity")
+        ("HostedActivity", "hosted_activity"),
+        ("ResponseStarted", "tool_declaration"),
     ]
 
 
@@ -1061,7 +1082,8 @@ def with_choice(choice: Any, tools: list[Any], config: OpenAIConfig = DEFAULT) -
 
 def test_tool_choice_is_never_broadened_to_hosted_tools() -> None:
     search = {"type": "web_search"}
-    encoded = with_choice("required", [FUNCTION, search])
+    consent = OpenAIConfig.from_block({"hosted_tools": {"web_search": {"enable": True}}})
+    encoded = with_choice("required", [FUNCTION, search], consent)
     assert body_of(encoded)["tool_choice"] == {
         "type": "allowed_tools",
         "mode": "required",
@@ -1075,12 +1097,13 @@ def test_tool_choice_is_never_broadened_to_hosted_tools() -> None:
         [FUNCTION, search],
         OpenAIConfig.from_block({"hosted_tools": {"web_search": {"enable": False}}}),
     )
-    assert body_of(kept)["tool_choice"] == "required" and kept.losses == []
-    only_hosted = with_choice("required", [search])
+    assert body_of(kept)["tool_choice"] == "required"
+    assert [loss.kind for loss in kept.losses] == ["tool_declaration"]
+    only_hosted = with_choice("required", [search], consent)
     assert "tool_choice" not in body_of(only_hosted)
     assert only_hosted.losses[0].kind == "tool_choice"
     # Forcing a hosted tool: kept while declared, left out once disabled (OpenAI: 400).
-    forced = with_choice({"type": "web_search"}, [FUNCTION, search])
+    forced = with_choice({"type": "web_search"}, [FUNCTION, search], consent)
     assert body_of(forced)["tool_choice"] == {"type": "web_search"}
     gone = with_choice(
         {"type": "web_search"},
@@ -1261,15 +1284,14 @@ def test_an_enabled_tool_the_model_cannot_serve_fails_encoding() -> None:
     enabled = OpenAIConfig.from_block({"hosted_tools": {"web_search": {"enable": True}}})
     with pytest.raises(ConfigurationError, match=r"gpt-3\.5-turbo"):
         encode_request(events, config=enabled, model="gpt-3.5-turbo")
-    # A recorded hosted tool is checked against a new model too.
+    # A recorded hosted tool is not declared without consent: nothing to check.
     recorded = openai_events({"model": "gpt-5.1", "tools": [{"type": "code_interpreter"}]})
-    with pytest.raises(ConfigurationError, match="code_interpreter"):
-        encode_request(recorded, config=DEFAULT, model="gpt-4")
+    assert "tools" not in body_of(encode_request(recorded, config=DEFAULT, model="gpt-4"))
     minimal = openai_events(
         {"model": "gpt-5", "reasoning": {"effort": "minimal"}, "tools": [{"type": "web_search"}]}
     )
     with pytest.raises(ConfigurationError, match="minimal"):
-        encode_request(minimal, config=DEFAULT)
+        encode_request(minimal, config=enabled)
 
 
 # --- the registry --------------------------------------------------------------------------------

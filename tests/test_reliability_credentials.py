@@ -156,10 +156,16 @@ def _ingest_planted(run: Run, provider: str, into: Path) -> tuple[list[str], set
 def _readings(run: Run, provider: str, conversations: list[str], exported: Path) -> list[str]:
     """Everything every reading prints or writes; the replays first."""
     replays, printed = [], []
+    # The MCP servers are declared (their credentials' places shown) only with consent.
+    mcp = (
+        []
+        if provider == "google"
+        else ["--cfg", f"providers.{provider}.hosted_tools.mcp.enable=true"]
+    )
     for conversation in conversations:
-        replays.append(run("replay", conversation, "--to", provider, "--user", "Et demain ?"))
+        replays.append(run("replay", conversation, "--to", provider, "--user", "Et demain ?", *mcp))
         for dry_run in (["--dry-run"], ["--dry-run", "--json"]):
-            replays.append(run("replay", conversation, "--to", provider, *dry_run))
+            replays.append(run("replay", conversation, "--to", provider, *dry_run, *mcp))
         for argv in (["show"], ["show", "--json"], ["audit", "--json"]):
             printed.append(run(argv[0], conversation, *argv[1:]))
     printed.append(run("list", "--json"))

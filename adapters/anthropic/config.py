@@ -13,12 +13,16 @@ blocked_domains = ["reddit.com"]
 user_location = { city = "Lyon", country = "FR", timezone = "Europe/Paris" }
 ```
 
-Hosted tools (web search, web fetch, code execution) run on Anthropic's side; they are
-disabled by default, and `enable = true` is blanket consent for their network access and
-spend. `enable` is three-valued: absent means "not configured" (a replayed conversation
-keeps the declarations it was recorded with), `false` removes the tool, `true` declares
-it with the knobs given here. The native tool version is chosen by the adapter
-(`NATIVE_TOOL_VERSIONS`), never by the user, and recorded in every payload.
+Hosted tools (web search, web fetch, code execution, tool search, MCP connectors) run on
+Anthropic's side; they are disabled by default, and `enable = true` is blanket consent for
+their network access and spend, the only consent there is (`adapters.wire.consent`): a
+tool the configuration does not enable is not declared, whatever a recorded request
+declared, except while an activity of it is pending. Web search, web fetch and code
+execution are declared with the knobs given here, their native tool version chosen by the
+adapter (`NATIVE_TOOL_VERSIONS`), never by the user, and recorded in every payload. Tool
+search (`tool_search`: the `tool_search_tool_*` tools) and MCP connectors (`mcp`: the
+request's `mcp_servers` and their `mcp_toolset` tools) are declared only as a recorded
+request declared them: `enable = true` consents to those (`RecordedHostedTool`).
 
 Validation (`validate_hosted_tools`), before any request is sent, is a ConfigurationError
 when:
@@ -50,6 +54,7 @@ from convstore.adapters.config.provider import (
     HostedToolsBlock,
     PositiveInt,
     ProviderConfig,
+    RecordedHostedTool,
     UserLocation,
     check_http_url,
     is_loopback,
@@ -69,6 +74,7 @@ __all__ = [
     "WebFetchCitations",
     "WebFetchConfig",
     "WebSearchConfig",
+    "config_name",
     "endpoint_kind",
     "hosted_tool_declarations",
     "model_generation",
@@ -135,6 +141,8 @@ class HostedToolsConfig(HostedToolsBlock, frozen=True, kw_only=True):
     web_search: WebSearchConfig = WebSearchConfig()
     web_fetch: WebFetchConfig = WebFetchConfig()
     code_execution: CodeExecutionConfig = CodeExecutionConfig()
+    tool_search: RecordedHostedTool = RecordedHostedTool()
+    mcp: RecordedHostedTool = RecordedHostedTool()
 
 
 class AnthropicConfig(ProviderConfig, frozen=True, kw_only=True):
@@ -212,6 +220,16 @@ def tool_name_of(native_type: str) -> str:
     """The tool a native type declares: `web_search_20250305` → `web_search`."""
     dated = _DATED.match(native_type)
     return dated.group(1) if dated else native_type
+
+
+def config_name(tool_name: str) -> str:
+    """The `hosted_tools` key that consents to a declared hosted tool: `web_search` as it
+    is, `tool_search_tool_regex` → `tool_search`, `mcp:<server>` → `mcp`."""
+    if tool_name.startswith("mcp:"):
+        return "mcp"
+    if tool_name.startswith("tool_search_tool_"):
+        return "tool_search"
+    return tool_name
 
 
 # --- validation ------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ Hosted activities
     payload or (pending work) none. Pending = started in a response that ended
     `completed` (a mixed batch stopped with `tool_use`, a `pause_turn`) with no terminal
     transition yet: its call block is replayed and its tool stays declared even if the
-    configuration no longer enables it. Started in a response that was `abandoned` or
+    configuration does not enable it. Started in a response that was `abandoned` or
     `failed` (interrupted), abandoned explicitly, foreign, without a payload, cut
     (`partial`) or bound to another model: neither block, and a loss.
 
@@ -50,13 +50,18 @@ Settings
     From the newest `ResponseStarted` that carries settings: its native request (the body
     without messages, `stream` dropped: the client chooses) when it is Anthropic's, else
     the portable settings. `model` (argument, then `config.model`) and `config.max_tokens`
-    override; hosted tools follow `config.hosted_tools` (`enable = true` declares the tool
-    with this adapter's native version, `false` removes it, absent keeps what was
-    recorded) except that a pending activity keeps its recorded declaration. Every hosted
-    tool declared is validated against the model and endpoint (ConfigurationError). MCP
-    servers (`mcp_servers`, `mcp_toolset` tools) are hosted declarations `mcp:<server>`:
-    replayed as recorded, with the connector's beta header (`mcp-client-2025-11-20`, or
-    `mcp-client-2025-04-04` for servers no toolset configures).
+    override. Hosted tools need the configuration's consent (`wire.consent`): `enable =
+    true` declares the tool with this adapter's native version and the configured knobs;
+    a hosted tool it does not enable is not declared, whatever the recorded request
+    declared (a `tool_declaration` loss), except that a pending activity keeps its tool
+    declared as it began (a `kept_declared` loss, and `EncodedRequest.kept_declared`).
+    Every hosted tool declared is validated against the model and endpoint
+    (ConfigurationError). MCP servers (`mcp_servers`, `mcp_toolset` tools) are hosted
+    declarations `mcp:<server>` and tool search tools (`tool_search_tool_*`) hosted
+    declarations of their own: declared as recorded when `hosted_tools.mcp` /
+    `hosted_tools.tool_search` is enabled (or a pending activity needs them), with the
+    connector's beta header (`mcp-client-2025-11-20`, or `mcp-client-2025-04-04` for
+    servers no toolset configures).
 
 tool_choice is never broadened to hosted tools
     `any` with hosted tools declared becomes `{"type": "tool"}` naming the only client
@@ -101,6 +106,9 @@ class EncodedRequest:
     losses: list[Loss] = field(default_factory=list)
     betas: tuple[str, ...] = ()
     """`anthropic-beta` header values the declared tools need."""
+    kept_declared: tuple[str, ...] = ()
+    """Hosted tools declared only because an activity of them is pending (each also a
+    `kept_declared` loss): the configuration does not enable them."""
 
     def to_json(self) -> bytes:
         """The body as JSON, every stored payload embedded byte for byte."""
@@ -138,7 +146,8 @@ def encode_request(
         append_block(
             messages, "user", MessageBlock(type="text", value={"type": "text", "text": user})
         )
-    tools = settings.tools(config, built.pending, losses)
+    consented = settings.tools(config, built.pending, losses)
+    tools = consented.tools
     validate_hosted_tools(config, settings.model, [t.name for t in tools if t.hosted])
     body = settings.body(tools, losses)
     if built.container and "container" not in body:
@@ -147,7 +156,12 @@ def encode_request(
     betas = [NATIVE_TOOL_BETAS[t.type] for t in tools if t.type in NATIVE_TOOL_BETAS]
     if "mcp_servers" in body and not any(t.type == "mcp_toolset" for t in tools):
         betas.append(LEGACY_MCP_BETA)
-    return EncodedRequest(body=body, losses=losses, betas=tuple(dict.fromkeys(betas)))
+    return EncodedRequest(
+        body=body,
+        losses=losses,
+        betas=tuple(dict.fromkeys(betas)),
+        kept_declared=tuple(consented.kept_declared),
+    )
 
 
 def encode_request_bytes(

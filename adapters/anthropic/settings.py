@@ -2,12 +2,13 @@
 
 Part of the Anthropic encoder (see `encode` for the rules): the recorded settings the
 request starts from, the hosted tools the configuration enables or a pending activity
-keeps declared, and a `tool_choice` never broadened to hosted tools.
+keeps declared (`wire.consent`), MCP servers alike, and a `tool_choice` never broadened
+to hosted tools.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -16,6 +17,7 @@ import msgspec
 from convstore.adapters.anthropic.config import (
     NATIVE_TOOL_VERSIONS,
     AnthropicConfig,
+    config_name,
     hosted_tool_declarations,
     tool_name_of,
 )
@@ -26,6 +28,7 @@ from convstore.adapters.anthropic.context import (
     is_hosted_tool_type,
 )
 from convstore.adapters.anthropic.messages import MessageScan
+from convstore.adapters.wire.consent import ConsentedTools, PendingTool, consented_tools, kept_loss
 from convstore.adapters.wire.encoding import (
     ANY_JSON,
     NO_SETTINGS,
@@ -58,6 +61,8 @@ class ResolvedSettings(RecordedSettings):
     """The recorded settings, and the Anthropic body the configuration makes of them."""
 
     max_tokens: int
+    servers: list[msgspec.Raw] | None = None
+    """The recorded `mcp_servers` entries the request declares (set by `tools`)."""
 
     @classmethod
     def resolve(
@@ -109,30 +114,60 @@ class ResolvedSettings(RecordedSettings):
 
     def tools(
         self, config: AnthropicConfig, pending: list[HostedActivity], losses: list[Loss]
-    ) -> list[DeclaredTool]:
-        tools = self.recorded_tools(losses)
-        keep = _pending_declarations(pending)
-        configured = hosted_tool_declarations(config)
-        for name in NATIVE_TOOL_VERSIONS:
-            setting = config.hosted_tools.setting(name)
-            if setting is None or name in keep:
-                continue
-            position = next((i for i, t in enumerate(tools) if t.name == name), None)
-            if setting:
-                declaration = configured[name]
-                tool = DeclaredTool(name, declaration["type"], declaration, True)
-                if position is None:
-                    tools.append(tool)
-                else:
-                    tools[position] = tool
-            elif position is not None:
-                del tools[position]
-        for name, native_type in keep.items():
-            if not any(t.name == name for t in tools):
-                tools.append(
-                    DeclaredTool(name, native_type, {"type": native_type, "name": name}, True)
+    ) -> ConsentedTools:
+        """The tools to declare: the recorded client tools, the hosted tools `config`
+        enables, and those pending activities need (`wire.consent`); the recorded MCP
+        servers consented to go to `servers`."""
+        recorded = self.recorded_tools(losses)
+        needed = _pending_tools(pending)
+        consented = consented_tools(
+            recorded,
+            configured={
+                name: DeclaredTool(name, declaration["type"], declaration, True)
+                for name, declaration in hosted_tool_declarations(config).items()
+            },
+            enables=lambda name: config.hosted_tools.enables(config_name(name)),
+            pending=needed,
+            key=_config_key,
+            source=self.source,
+            losses=losses,
+        )
+        toolsets = {t.name for t in recorded if t.type == "mcp_toolset"}
+        self.servers = self._mcp_servers(config, consented, needed, toolsets, losses)
+        return consented
+
+    def _mcp_servers(
+        self,
+        config: AnthropicConfig,
+        consented: ConsentedTools,
+        needed: Mapping[str, PendingTool],
+        toolsets: set[str],
+        losses: list[Loss],
+    ) -> list[msgspec.Raw] | None:
+        """The recorded `mcp_servers` entries `hosted_tools.mcp` consents to, or a pending
+        activity or a toolset declared needs."""
+        if self.native is None or "mcp_servers" not in self.native:
+            return None
+        declared = {t.name for t in consented.tools}
+        kept = []
+        for raw in recorded_list(self.native, "mcp_servers"):
+            decoded = ANY_JSON.decode(raw)
+            server = decoded.get("name") if isinstance(decoded, dict) else None
+            tool = f"mcp:{server}"
+            if config.hosted_tools.mcp.enable or tool in declared:
+                kept.append(raw)
+            elif tool in needed:
+                kept.append(raw)
+                consented.kept_declared.append(tool)
+                losses.append(kept_loss(tool, needed[tool].activity, _config_key(tool)))
+            elif tool not in toolsets:  # a toolset left out has its loss already
+                reason = (
+                    f"hosted tool {tool} (MCP server) is not declared: the configuration "
+                    f"does not enable it (a recorded request is no consent; set "
+                    f"{_config_key(tool)}.enable = true)"
                 )
-        return tools
+                losses.append(settings_loss(self.source, reason, kind="tool_declaration"))
+        return kept or None
 
     def body(self, tools: list[DeclaredTool], losses: list[Loss]) -> dict[str, Any]:
         body: dict[str, Any] = {}
@@ -145,6 +180,7 @@ class ResolvedSettings(RecordedSettings):
         body["max_tokens"] = self.max_tokens
         if self.native is None and self.portable.system:
             body["system"] = self.portable.system
+        set_field(body, "mcp_servers", self.servers)
         set_field(body, "tools", [t.value for t in tools] if tools else None)
         set_field(body, "tool_choice", self.tool_choice(tools, losses))
         return body
@@ -209,20 +245,26 @@ def scope_tool_choice(choice: Any, tools: Sequence[DeclaredTool]) -> tuple[Any, 
     return choice, None
 
 
-def _pending_declarations(pending: list[HostedActivity]) -> dict[str, str]:
-    """Tool name → native type, for the tools pending activities need declared. An MCP
-    activity needs none here: its server and toolset stay as recorded (no configuration
-    removes them)."""
-    out: dict[str, str] = {}
+def _config_key(tool_name: str) -> str:
+    return f"providers.anthropic.hosted_tools.{config_name(tool_name)}"
+
+
+def _pending_tools(pending: list[HostedActivity]) -> dict[str, PendingTool]:
+    """Tool name → what pending activities need declared: the tool their native version
+    names (else their own, aliases read), `mcp:<server>` for an MCP activity (its server
+    and toolset as recorded: nothing to declare of its own)."""
+    out: dict[str, PendingTool] = {}
     for activity in pending:
         if activity.name.startswith("mcp:"):
+            out.setdefault(activity.name.split("/", 1)[0], PendingTool(activity))
             continue
         payload = activity.payload
         version = payload.version if payload is not None else ""
+        if not version:
+            name = TOOL_ALIASES.get(activity.name, activity.name)
+            version = NATIVE_TOOL_VERSIONS.get(name, "")
         if version:
-            out.setdefault(tool_name_of(version), version)
-            continue
-        name = TOOL_ALIASES.get(activity.name, activity.name)
-        if name in NATIVE_TOOL_VERSIONS:
-            out.setdefault(name, NATIVE_TOOL_VERSIONS[name])
+            name = tool_name_of(version)
+            value = {"type": version, "name": name}
+            out.setdefault(name, PendingTool(activity, DeclaredTool(name, version, value, True)))
     return out

@@ -2,7 +2,8 @@
 
 Strict tables (an unknown key is an error naming it), reading a provider's block out of
 the whole configuration with validation errors spelled as configuration keys, the base
-URL rule, the user location of web search, and the three-valued `enable` of hosted tools.
+URL rule, the user location of web search, and the `enable` of hosted tools: the only
+consent a request's hosted tools have (see `adapters.wire.consent`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ __all__ = [
     "HostedToolsBlock",
     "PositiveInt",
     "ProviderConfig",
+    "RecordedHostedTool",
     "UserLocation",
     "check_http_url",
     "explain",
@@ -48,10 +50,18 @@ class UserLocation(ConfigBlock, frozen=True, kw_only=True):
 
 
 class HostedTool(ConfigBlock, frozen=True, kw_only=True):
-    """`hosted_tools.<tool>`: `enable` (absent: not configured, `false`: removed, `true`:
-    declared), then the tool's own knobs."""
+    """`hosted_tools.<tool>`: `enable` (`true` declares the tool with the knobs given here;
+    absent or `false`, it is not declared, whatever a recorded request declared), then the
+    tool's own knobs."""
 
-    enable: bool | None = None
+    enable: bool = False
+
+
+class RecordedHostedTool(HostedTool, frozen=True, kw_only=True):
+    """`hosted_tools.<tool>` of a hosted tool the adapter does not declare by itself (its
+    declaration carries what only the recording knows: an MCP server's URL, an image
+    size): `enable = true` consents to the declarations of it the recorded request made,
+    and declares none when it made none."""
 
 
 class HostedToolsBlock(ConfigBlock, frozen=True, kw_only=True):
@@ -59,14 +69,14 @@ class HostedToolsBlock(ConfigBlock, frozen=True, kw_only=True):
 
     A provider's subclass declares each tool as a `HostedTool` field."""
 
-    def setting(self, name: str) -> bool | None:
-        """The `enable` of hosted tool `name`: True, False, or None when not configured."""
+    def enables(self, name: str) -> bool:
+        """Whether `enable = true` for hosted tool `name` (False for a name it lacks)."""
         tool = getattr(self, name) if name in self.__struct_fields__ else None
-        return tool.enable if isinstance(tool, HostedTool) else None
+        return isinstance(tool, HostedTool) and tool.enable
 
     def enabled(self) -> list[str]:
         """The hosted tools enabled, in declaration order."""
-        return [name for name in self.__struct_fields__ if self.setting(name) is True]
+        return [name for name in self.__struct_fields__ if self.enables(name)]
 
 
 class ProviderConfig(ConfigBlock, frozen=True, kw_only=True):

@@ -16,10 +16,14 @@ enable = true
 
 Hosted tools (`google_search` → `googleSearch`, `url_context` → `urlContext`,
 `code_execution` → `codeExecution`) run on Google's side; they are disabled by default and
-`enable = true` is blanket consent for their network access and spend. `enable` is
-three-valued, as for the other providers: absent keeps what a replayed conversation was
-recorded with, `false` removes the tool, `true` declares it. The tool key is the
-adapter's choice (`NATIVE_TOOLS`), never the user's.
+`enable = true` is blanket consent for their network access and spend, the only consent
+there is (`adapters.wire.consent`): a tool the configuration does not enable is not
+declared, whatever a recorded request declared. The tool key is the adapter's choice
+(`NATIVE_TOOLS`), never the user's; a recorded entry of an enabled tool is kept as
+recorded. The hosted tools this adapter does not declare by itself (`RECORDED_TOOLS`:
+Google Maps, file search, enterprise web search, the legacy search retrieval and
+retrieval) are declared only as a recorded request declared them, with `enable = true`
+(`RecordedHostedTool`).
 
 Validation, before any request is sent, is a ConfigurationError when:
 
@@ -67,6 +71,7 @@ from convstore.adapters.config.provider import (
     HostedToolsBlock,
     PositiveInt,
     ProviderConfig,
+    RecordedHostedTool,
     check_http_url,
     is_loopback,
 )
@@ -76,6 +81,7 @@ __all__ = [
     "DEFAULT_BASE_URL",
     "HOSTED_TOOL_SUPPORT",
     "NATIVE_TOOLS",
+    "RECORDED_TOOLS",
     "CodeExecutionConfig",
     "GoogleConfig",
     "GoogleSearchConfig",
@@ -84,6 +90,7 @@ __all__ = [
     "ThinkingConfig",
     "UrlContextConfig",
     "check_base_url",
+    "config_name",
     "endpoint_kind",
     "model_generation",
     "model_path",
@@ -103,6 +110,15 @@ NATIVE_TOOLS: Final[Mapping[str, str]] = {
     "code_execution": "codeExecution",
 }
 """Configured hosted tool → the `tools[]` key this adapter declares it with."""
+
+RECORDED_TOOLS: Final[Mapping[str, str]] = {
+    "google_maps": "googleMaps",
+    "file_search": "fileSearch",
+    "enterprise_web_search": "enterpriseWebSearch",
+    "google_search_retrieval": "googleSearchRetrieval",
+    "retrieval": "retrieval",
+}
+"""Hosted tool → its `tools[]` key, for those declared only as a recorded request did."""
 
 _TOOL_NAMES: Final[Mapping[str, str]] = {
     **{key: name for name, key in NATIVE_TOOLS.items()},
@@ -132,6 +148,11 @@ class HostedToolsConfig(HostedToolsBlock, frozen=True, kw_only=True):
     google_search: GoogleSearchConfig = GoogleSearchConfig()
     url_context: UrlContextConfig = UrlContextConfig()
     code_execution: CodeExecutionConfig = CodeExecutionConfig()
+    google_maps: RecordedHostedTool = RecordedHostedTool()
+    file_search: RecordedHostedTool = RecordedHostedTool()
+    enterprise_web_search: RecordedHostedTool = RecordedHostedTool()
+    google_search_retrieval: RecordedHostedTool = RecordedHostedTool()
+    retrieval: RecordedHostedTool = RecordedHostedTool()
 
 
 class ThinkingConfig(ConfigBlock, frozen=True, kw_only=True):
@@ -274,6 +295,16 @@ HOSTED_TOOL_SUPPORT: Final[Mapping[str, tuple[tuple[int, int], Mapping[tuple[int
 }
 """Hosted tool → (the oldest generation that serves it, {generation: the variant prefix
 that does not}). See the table in the module documentation."""
+
+
+def config_name(key: str) -> str:
+    """The `hosted_tools` key that consents to a hosted `tools[]` key (`googleSearch` →
+    `google_search`, `googleMaps` → `google_maps`)."""
+    for names in (NATIVE_TOOLS, RECORDED_TOOLS):
+        for name, native in names.items():
+            if native == key:
+                return name
+    return key
 
 
 def tool_name_of(key: str) -> str:

@@ -60,9 +60,13 @@ Settings
     max tokens → `generationConfig.maxOutputTokens`, tool choice → `toolConfig`). `model`
     (argument, then `config.model`, then the newest Gemini response's model) goes in the
     URL path, never the body. `config.max_output_tokens` and `config.thinking` override
-    `generationConfig`; hosted tools follow `config.hosted_tools` (`true` declares
-    `googleSearch` / `urlContext` / `codeExecution`, `false` removes it, absent keeps what
-    was recorded) and are validated against the model and endpoint (ConfigurationError).
+    `generationConfig`. Hosted tools need the configuration's consent (`wire.consent`):
+    `enable = true` declares `googleSearch` / `urlContext` / `codeExecution` (a recorded
+    entry of it as recorded; the other hosted keys only as recorded); a hosted tool it
+    does not enable is not declared, whatever the recorded request declared (a
+    `tool_declaration` loss). No Gemini hosted work stays pending across responses, so
+    none keeps its tool declared (`kept_declared` is always empty). Every hosted tool
+    declared is validated against the model and endpoint (ConfigurationError).
     A recorded `thinkingConfig` sent to a model that does not think is left out (a loss).
 
 toolConfig is never broadened to hosted tools
@@ -108,6 +112,8 @@ class EncodedRequest:
     model: str
     """The model the request goes to (it is in the URL path, never in the body)."""
     losses: list[Loss] = field(default_factory=list)
+    kept_declared: tuple[str, ...] = ()
+    """Hosted tools declared only for pending work: none on Gemini (see `encode`)."""
 
     def to_json(self) -> bytes:
         """The body as JSON, every stored payload embedded byte for byte."""

@@ -1,8 +1,9 @@
 """The request's settings and tools, from the newest recorded request and the configuration.
 
 Part of the Gemini encoder (see `encode` for the rules): the recorded settings and
-`generationConfig`, the hosted tools the configuration enables or a pending activity
-keeps declared, and a `toolConfig` never broadened to hosted tools.
+`generationConfig`, the hosted tools the configuration enables (`wire.consent`; Gemini's
+hosted work never stays pending across responses), and a `toolConfig` never broadened to
+hosted tools.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from convstore.adapters.google.binding import function_name
 from convstore.adapters.google.config import (
     NATIVE_TOOLS,
     GoogleConfig,
+    config_name,
     model_resource,
     tool_name_of,
     validate_hosted_tools,
@@ -111,18 +113,26 @@ class ResolvedSettings(RecordedSettings):
         return [_Tool({"functionDeclarations": declarations})] if declarations else []
 
     def tools(self, config: GoogleConfig, losses: list[Loss]) -> list[_Tool]:
-        tools = self.recorded_tools(losses)
+        """The recorded entries without the hosted tools `config` does not enable (each a
+        `tool_declaration` loss: a recorded request is no consent), then an entry for
+        each tool it enables that none declares."""
+        tools = []
+        for tool in self.recorded_tools(losses):
+            for key in [k for k in tool.fields if k in HOSTED_TOOLS]:
+                name = config_name(key)
+                if not config.hosted_tools.enables(name):
+                    del tool.fields[key]
+                    reason = (
+                        f"hosted tool {name} is not declared: the configuration does not "
+                        "enable it (a recorded request is no consent; set "
+                        f"providers.google.hosted_tools.{name}.enable = true)"
+                    )
+                    losses.append(settings_loss(self.source, reason, kind="tool_declaration"))
+            if tool.fields:
+                tools.append(tool)
         for name, key in NATIVE_TOOLS.items():
-            setting = config.hosted_tools.setting(name)
-            if setting is None:
-                continue
-            present = any(key in tool.fields for tool in tools)
-            if setting and not present:
+            if config.hosted_tools.enables(name) and not any(key in t.fields for t in tools):
                 tools.append(_Tool({key: {}}))
-            elif not setting and present:
-                for tool in tools:
-                    tool.fields.pop(key, None)
-                tools = [tool for tool in tools if tool.fields]
         return tools
 
     def tool_config(self, functions: list[str], hosted: list[str], losses: list[Loss]) -> Any:

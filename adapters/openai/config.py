@@ -30,11 +30,14 @@ Keys
     (OpenAI's own default is `true`; this store keeps the conversation itself, so the
     provider does not need to). Unknown keys are errors naming the key.
 
-Hosted tools (web search, file search, code interpreter) run on OpenAI's side; they are
-disabled by default, and `enable = true` is blanket consent for their network access and
-spend. `enable` is three-valued as for Anthropic: absent means "not configured" (a replayed
-conversation keeps the declarations it was recorded with), `false` removes the tool,
-`true` declares it with the knobs given here.
+Hosted tools (web search, file search, code interpreter, image generation, MCP connectors)
+run on OpenAI's side; they are disabled by default, and `enable = true` is blanket consent
+for their network access and spend, the only consent there is (`adapters.wire.consent`):
+a tool the configuration does not enable is not declared, whatever a recorded request
+declared, except while an activity of it is pending. Web search, file search and code
+interpreter are declared with the knobs given here; image generation (`image_generation`)
+and MCP connectors (`mcp`: every `mcp` tool, by its server label) only as a recorded
+request declared them: `enable = true` consents to those (`RecordedHostedTool`).
 
 Native tool types (`NATIVE_TOOL_TYPES`)
     `web_search` → `web_search` (the generally available tool; `web_search_preview` is never
@@ -76,6 +79,7 @@ from convstore.adapters.config.provider import (
     HostedToolsBlock,
     PositiveInt,
     ProviderConfig,
+    RecordedHostedTool,
     UserLocation,
     check_http_url,
     is_loopback,
@@ -93,6 +97,7 @@ __all__ = [
     "OpenAIConfig",
     "UserLocation",
     "WebSearchConfig",
+    "config_name",
     "endpoint_kind",
     "hosted_tool_declarations",
     "model_family",
@@ -144,6 +149,8 @@ class HostedToolsConfig(HostedToolsBlock, frozen=True, kw_only=True):
     web_search: WebSearchConfig = WebSearchConfig()
     file_search: FileSearchConfig = FileSearchConfig()
     code_interpreter: CodeInterpreterConfig = CodeInterpreterConfig()
+    image_generation: RecordedHostedTool = RecordedHostedTool()
+    mcp: RecordedHostedTool = RecordedHostedTool()
 
 
 class OpenAIConfig(ProviderConfig, frozen=True, kw_only=True):
@@ -172,6 +179,12 @@ class OpenAIConfig(ProviderConfig, frozen=True, kw_only=True):
 
 
 # --- declarations ----------------------------------------------------------------------------
+
+
+def config_name(tool_name: str) -> str:
+    """The `hosted_tools` key that consents to a declared hosted tool (`mcp:<label>` →
+    `mcp`; the others by their activity name)."""
+    return "mcp" if tool_name.startswith("mcp:") else tool_name
 
 
 def hosted_tool_declarations(config: OpenAIConfig) -> dict[str, dict[str, Any]]:

@@ -54,8 +54,8 @@ Portable form (other providers, and OpenAI responses that cannot be replayed nat
 Hosted activities (OpenAI)
     The call and its result are one item on this wire, carried by the terminal transition.
     Pending (started in a response that ended `completed`, never finished): its started
-    payload is replayed and its tool stays declared even if the configuration no longer
-    enables it. Abandoned explicitly, interrupted (started in a response that did not
+    payload is replayed and its tool stays declared even if the configuration does not
+    enable it. Abandoned explicitly, interrupted (started in a response that did not
     complete) or without a payload: left out, a loss.
 
 Settings
@@ -73,9 +73,12 @@ Settings
     `reasoning.encrypted_content` so the next reasoning comes back replayable; a target
     model that does not reason (`config.NON_REASONING_FAMILIES`: GPT-4o, GPT-4.1, …) gets
     neither the recorded `reasoning` nor that include (a `settings` loss). Hosted tools
-    follow `config.hosted_tools` (`enable = true` declares the tool with the adapter's
-    native type, `false` removes it, absent keeps what was recorded) except that a pending
-    activity keeps its declaration. Every hosted tool declared is validated against the
+    need the configuration's consent (`wire.consent`): `enable = true` declares the tool
+    with the adapter's native type and the configured knobs (image generation and MCP
+    tools as recorded); a hosted tool it does not enable is not declared, whatever the
+    recorded request declared (a `tool_declaration` loss), except that a pending activity
+    keeps its tool declared as it began (a `kept_declared` loss, and
+    `EncodedRequest.kept_declared`). Every hosted tool declared is validated against the
     model and endpoint (ConfigurationError).
 
 tool_choice is never broadened to hosted tools
@@ -119,6 +122,9 @@ class EncodedRequest:
     body: dict[str, Any]
     """Builtins plus `msgspec.Raw` values; encode with `to_json` to keep payload bytes."""
     losses: list[Loss] = field(default_factory=list)
+    kept_declared: tuple[str, ...] = ()
+    """Hosted tools declared only because an activity of them is pending (each also a
+    `kept_declared` loss): the configuration does not enable them."""
 
     def to_json(self) -> bytes:
         """The body as JSON, every stored payload embedded byte for byte."""
@@ -154,7 +160,8 @@ def encode_request(
     items = built.items
     if user is not None:
         items.append(user_item(user))
-    tools = settings.tools(config, built.pending, losses)
+    consented = settings.tools(config, built.pending, losses)
+    tools = consented.tools
     validate_hosted_tools(
         config,
         settings.model,
@@ -163,7 +170,7 @@ def encode_request(
     )
     body = settings.body(tools, losses, reasoning_replayed=built.reasoning_replayed)
     body["input"] = items
-    return EncodedRequest(body=body, losses=losses)
+    return EncodedRequest(body=body, losses=losses, kept_declared=tuple(consented.kept_declared))
 
 
 def encode_request_bytes(

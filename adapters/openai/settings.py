@@ -2,8 +2,8 @@
 
 Part of the OpenAI encoder (see `encode` for the rules): the recorded settings the
 request starts from, the hosted tools the configuration enables or a pending activity
-keeps declared, `include` for encrypted reasoning, and a `tool_choice` never broadened
-to hosted tools.
+keeps declared (`wire.consent`), `include` for encrypted reasoning, and a `tool_choice`
+never broadened to hosted tools.
 """
 
 from __future__ import annotations
@@ -19,11 +19,13 @@ from convstore.adapters.openai.config import (
     NATIVE_TOOL_TYPES,
     NON_REASONING_FAMILIES,
     OpenAIConfig,
+    config_name,
     hosted_tool_declarations,
     model_family,
 )
 from convstore.adapters.openai.context import CLIENT_TOOL_NAMES, PROVIDER, hosted_name_of
 from convstore.adapters.openai.inputs import function_name
+from convstore.adapters.wire.consent import ConsentedTools, PendingTool, consented_tools
 from convstore.adapters.wire.encoding import (
     ANY_JSON,
     NO_SETTINGS,
@@ -153,16 +155,26 @@ def scope_tool_choice(choice: Any, tools: Sequence[DeclaredTool]) -> tuple[Any, 
     return None, f"tool_choice names {_describe(choice)}, which is not declared; left out"
 
 
-def _pending_declarations(pending: list[HostedActivity]) -> dict[str, str]:
-    """Activity name → native tool type, for the tools pending activities need declared."""
-    out: dict[str, str] = {}
+def _pending_tools(pending: list[HostedActivity]) -> dict[str, PendingTool]:
+    """Tool name → what pending activities need declared: their tool (`mcp:<label>` for an
+    MCP activity), declared as recorded, else by its native type when this adapter knows
+    one."""
+    out: dict[str, PendingTool] = {}
     for activity in pending:
+        name = activity.name.split("/", 1)[0] if activity.name.startswith("mcp:") else activity.name
         payload = activity.payload
-        version = payload.version if payload is not None else ""
-        name = activity.name
-        if name in NATIVE_TOOL_TYPES:
-            out.setdefault(name, version or NATIVE_TOOL_TYPES[name])
+        native_type = (payload.version if payload is not None else "") or NATIVE_TOOL_TYPES.get(
+            name, ""
+        )
+        declaration = None
+        if native_type and not name.startswith("mcp:"):
+            declaration = DeclaredTool(name, native_type, {"type": native_type}, True)
+        out.setdefault(name, PendingTool(activity, declaration))
     return out
+
+
+def _config_key(tool_name: str) -> str:
+    return f"providers.openai.hosted_tools.{config_name(tool_name)}"
 
 
 @dataclass(slots=True)
@@ -222,29 +234,21 @@ class ResolvedSettings(RecordedSettings):
 
     def tools(
         self, config: OpenAIConfig, pending: list[HostedActivity], losses: list[Loss]
-    ) -> list[DeclaredTool]:
-        tools = self.recorded_tools(losses)
-        keep = _pending_declarations(pending)
-        configured = hosted_tool_declarations(config)
-        for name in NATIVE_TOOL_TYPES:
-            setting = config.hosted_tools.setting(name)
-            if setting is None or name in keep:
-                continue
-            positions = [i for i, t in enumerate(tools) if t.hosted and t.name == name]
-            if setting:
-                declaration = configured[name]
-                tool = DeclaredTool(name, declaration["type"], declaration, True)
-                if positions:
-                    tools[positions[0]] = tool
-                    positions = positions[1:]
-                else:
-                    tools.append(tool)
-            for position in reversed(positions):
-                del tools[position]
-        for name, native_type in keep.items():
-            if not any(t.hosted and t.name == name for t in tools):
-                tools.append(DeclaredTool(name, native_type, {"type": native_type}, True))
-        return tools
+    ) -> ConsentedTools:
+        """The tools to declare: the recorded client tools, the hosted tools `config`
+        enables, and those pending activities need (`wire.consent`)."""
+        return consented_tools(
+            self.recorded_tools(losses),
+            configured={
+                name: DeclaredTool(name, declaration["type"], declaration, True)
+                for name, declaration in hosted_tool_declarations(config).items()
+            },
+            enables=lambda name: config.hosted_tools.enables(config_name(name)),
+            pending=_pending_tools(pending),
+            key=_config_key,
+            source=self.source,
+            losses=losses,
+        )
 
     def body(
         self, tools: list[DeclaredTool], losses: list[Loss], *, reasoning_replayed: bool
