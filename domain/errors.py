@@ -9,6 +9,7 @@
     │   ├── RangeOutOfBounds          an attribution range outside its text
     │   ├── ResponseNotOpen           a response's event outside its ResponseStarted/ResponseEnded
     │   ├── ResponseStillOpen         a user-side event, or a new response, while one is open
+    │   │   └── ResponseBeingWritten  a write beside a response a live writer holds open
     │   ├── TurnStateError            turns that do not nest: end without start, start inside one
     │   └── InvalidPayload            payload bytes that are not one JSON document
     ├── ConversationNotFound          no conversation with that id
@@ -65,6 +66,12 @@ class ResponseNotOpen(InvariantViolation):
 
 class ResponseStillOpen(InvariantViolation):
     """An event that needs no open response arrived while one is open."""
+
+
+class ResponseBeingWritten(ResponseStillOpen):
+    """A write to a conversation refused (nothing written) because a live writer holds a
+    response open in it: the write would sit inside that response, and turn the writer's
+    next commit into a conflict."""
 
 
 class TurnStateError(InvariantViolation):

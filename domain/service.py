@@ -14,7 +14,14 @@ from typing import Protocol
 import msgspec
 
 from convstore.domain.conversation import Conversation, ConversationState
-from convstore.domain.errors import ConcurrencyConflict, InvariantViolation, WriterAlive
+from convstore.domain.errors import (
+    ConcurrencyConflict,
+    InvariantViolation,
+    ResponseBeingWritten,
+    ToolCallAlreadyAnswered,
+    UnknownToolCall,
+    WriterAlive,
+)
 from convstore.domain.events import (
     Event,
     HostedActivity,
@@ -27,7 +34,7 @@ from convstore.domain.events import (
     UserMessage,
 )
 from convstore.domain.responses import CONTINUES, ResponseOutcome, ResponseRecorder
-from convstore.domain.vocabulary import ActivityId, ConversationId, Writer
+from convstore.domain.vocabulary import ActivityId, CallId, ConversationId, Writer
 from convstore.domain.writers import (
     DEFAULT_STALE_AFTER,
     Liveness,
@@ -113,9 +120,16 @@ class ConversationService:
     def append(self, conversation_id: ConversationId, drafts: Iterable[Event]) -> list[Event]:
         """Record drafts as one atomic batch, after closing a response whose writer is gone.
 
-        Raises an InvariantViolation (nothing written) or ConcurrencyConflict.
+        Raises an InvariantViolation (nothing written: ResponseBeingWritten for drafts
+        outside the response a live writer holds open) or ConcurrencyConflict.
         """
+        drafts = list(drafts)
         conversation = self.repository.load(conversation_id)
+        open_response = conversation.state.open_response
+        if open_response is not None and any(
+            getattr(draft, "response_id", None) != open_response.response_id for draft in drafts
+        ):
+            self._refuse_beside_live_writer(conversation, "events outside the open response")
         self._close_dead_response(conversation)
         recorded = conversation.record_all(drafts)
         self.repository.save(conversation)
@@ -128,13 +142,51 @@ class ConversationService:
 
         A user message ends any open turn and starts a new one; tool results continue the
         open turn (or start one triggered by them); context alone joins the open turn (or
-        starts one triggered by steering).
+        starts one triggered by steering). Raises ResponseBeingWritten (nothing written)
+        while a live writer holds a response open.
         """
         conversation = self.repository.load(conversation_id)
+        self._refuse_beside_live_writer(conversation, "user input")
         self._close_dead_response(conversation)
         recorded = _record_user_input(conversation, list(drafts))
         self.repository.save(conversation)
         return recorded
+
+    def answer(
+        self, conversation_id: ConversationId, call_id: CallId, content: str, *, is_error: bool
+    ) -> list[Event]:
+        """Record the result of client tool call `call_id`, with its turn boundary (as
+        `add_user_input` does), after closing a response whose writer is gone; returns
+        what was recorded, that closing included.
+
+        Raises, nothing written: UnknownToolCall for an id no client tool call of the
+        conversation has (a hosted activity's id included: the provider ran it),
+        ToolCallAlreadyAnswered, ResponseBeingWritten while a live writer holds a
+        response open.
+        """
+        conversation = self.repository.load(conversation_id)
+        self._refuse_beside_live_writer(conversation, f"a result for tool call {call_id!r}")
+        calls, activities = conversation.state.calls, conversation.state.activities
+        if call_id not in calls:
+            if call_id in activities:
+                raise UnknownToolCall(
+                    f"{call_id!r} is a hosted activity ({activities[call_id].name}), which the "
+                    "provider ran itself: it takes no result; nothing was written"
+                )
+            raise UnknownToolCall(
+                f"conversation {conversation_id} has no client tool call {call_id!r}; nothing "
+                "was written (`convstore replay ID --to PROVIDER --dry-run` lists the calls "
+                "without a result)"
+            )
+        if calls[call_id]:
+            raise ToolCallAlreadyAnswered(
+                f"tool call {call_id!r} already has a result; nothing was written"
+            )
+        closed = self._close_dead_response(conversation)
+        result = ToolCallResponded(call_id=call_id, content=content, is_error=is_error)
+        recorded = _record_user_input(conversation, [result])
+        self.repository.save(conversation)
+        return [*closed, *recorded]
 
     def ingest(
         self,
@@ -306,8 +358,12 @@ class ConversationService:
         provider: str | None = None,
         activity_ids: Iterable[ActivityId] | None = None,
     ) -> list[Event]:
-        """Record pending hosted activities `abandoned` (all, one provider's, or those named)."""
+        """Record pending hosted activities `abandoned` (all, one provider's, or those named).
+
+        Raises ResponseBeingWritten (nothing written) while a live writer holds a
+        response open."""
         conversation = self.repository.load(conversation_id)
+        self._refuse_beside_live_writer(conversation, "an abandonment")
         closed = self._close_dead_response(conversation)
         wanted = set(activity_ids) if activity_ids is not None else None
         for activity_id, activity in conversation.pending_activities().items():
@@ -397,6 +453,20 @@ class ConversationService:
             opened_at=open_response.started_at,
             now=time.time(),
             stale_after=self.stale_after,
+        )
+
+    def _refuse_beside_live_writer(self, conversation: Conversation, what: str) -> None:
+        """Raise ResponseBeingWritten when a live writer holds a response open in
+        `conversation`: a write outside that response would sit between its events."""
+        open_response = conversation.state.open_response
+        if open_response is None or self._writer_status(conversation) != "alive":
+            return
+        raise ResponseBeingWritten(
+            f"{what} refused: response {open_response.response_id!r} of conversation "
+            f"{conversation.id} is still being written: "
+            f"{_alive_because(open_response.writer, self.stale_after)}; nothing was written. "
+            "Wait for it to end, or close it with "
+            f"`convstore repair {conversation.id} --force`"
         )
 
     def _close_dead_response(self, conversation: Conversation) -> Sequence[Event]:

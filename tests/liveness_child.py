@@ -1,8 +1,9 @@
 """A writer that keeps a response open until it is killed (RELIABILITY scenario 30).
 
-Run as `python -m tests.liveness_child --db URL [--clock-offset SECONDS] [--host NAME]`.
-It starts a conversation and ingests one Anthropic response through the service of
-`open_store`, as `convstore ingest` does, whose drafts come from a generator: after
+Run as `python -m tests.liveness_child --db URL [--conversation ID] [--clock-offset
+SECONDS] [--host NAME]`. It starts a conversation (or goes on in conversation ID) and
+ingests one Anthropic response through the service of `open_store`, as `convstore
+ingest` does, whose drafts come from a generator: after
 `BLOCKS` text blocks (past the recorder's buffer bound, so they are committed and the
 store shows the response open) it prints `open <conversation id> <response id>`, flushed,
 and waits for ever. `--clock-offset` moves this process's clock (the time its events are
@@ -20,7 +21,14 @@ import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 
-from convstore.domain import AssistantText, ConversationId, Event, ResponseId, ResponseStarted
+from convstore.domain import (
+    AssistantText,
+    ConversationId,
+    Event,
+    ResponseId,
+    ResponseStarted,
+    parse_conversation_id,
+)
 from convstore.domain import conversation as conversation_module
 from convstore.domain.responses import DEFAULT_FLUSH_BYTES
 from convstore.storage import open_store
@@ -53,6 +61,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--db", required=True, help="the store URL")
     parser.add_argument("--clock-offset", type=float, default=0.0, help="seconds to add")
     parser.add_argument("--host", default="", help="the host name to record")
+    parser.add_argument("--conversation", default="", help="write in this conversation")
     args = parser.parse_args(argv)
     if args.clock_offset:
         skew(args.clock_offset)
@@ -60,7 +69,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         host: str = args.host
         socket.gethostname = lambda: host
     with open_store(args.db) as store:
-        conversation_id = store.service.start("a live writer")
+        conversation_id = (
+            parse_conversation_id(args.conversation)
+            if args.conversation
+            else store.service.start("a live writer")
+        )
         response_id = ResponseId(f"msg_live_{conversation_id.hex[:12]}")
         store.service.ingest(conversation_id, drafts(conversation_id, response_id))
 

@@ -17,6 +17,15 @@ import pytest
 
 from convstore.adapters import cli
 from convstore.adapters.cli.registry import COMMANDS
+from convstore.domain import (
+    CallId,
+    ResponseEnded,
+    ResponseId,
+    ResponseStarted,
+    ToolCallRequested,
+    UserMessage,
+)
+from convstore.storage import open_store
 from tests.replay_server import ReplayServer, Reply
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -140,3 +149,44 @@ def test_ask_matches_its_schema(
             *("--cfg", f"providers.anthropic.base_url={server.url}"),
         )
     assert _check("ask", out)["response"]["ended"] == "completed"
+
+
+def test_answer_and_the_calls_a_dry_run_lists_match_their_schemas(
+    store_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("CONVSTORE_CONFIG", "CONVSTORE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    capture = EXAMPLES / "anthropic" / "mixed_batch"  # a pending search and a client call
+    db = ("--db", store_url)
+    ingest = ("ingest", "--provider", "anthropic", "--request", str(capture / "1.request.json"))
+    ingested = _check(
+        "ingest", _run(capsys, *db, *ingest, str(capture / "1.response.sse"), "--json")[1]
+    )
+    conversation = ingested["conversation_id"]
+    dry = _run(capsys, *db, "replay", conversation, "--to", "anthropic", "--dry-run", "--json")
+    items = _check("replay", dry[1])
+    [call] = [item for item in items if item["kind"] == "unanswered_call"]
+    assert "kept_declared" in {item["kind"] for item in items}
+    answered = _run(capsys, *db, "answer", conversation, call["call_id"], "--text", "ok", "--json")
+    data = _check("answer", answered[1])
+    assert (data["call_id"], data["unanswered"]) == (call["call_id"], [])
+    # Two calls: the one left is listed.
+    with open_store(store_url) as store:
+        service = store.service
+        two = service.start("two calls")
+        rid = ResponseId("msg_two")
+        service.add_user_input(two, [UserMessage(blocks=("two orders",))])
+        service.ingest(
+            two,
+            iter(
+                [
+                    ResponseStarted(response_id=rid, provider="anthropic", model="claude-test"),
+                    ToolCallRequested(response_id=rid, call_id=CallId("call_a"), name="lookup"),
+                    ToolCallRequested(response_id=rid, call_id=CallId("call_b"), name="lookup"),
+                    ResponseEnded(response_id=rid, state="completed", finish_reason="tool_use"),
+                ]
+            ),
+        )
+    answered = _run(capsys, *db, "answer", str(two), "call_a", "--error", "down", "--json")
+    data = _check("answer", answered[1])
+    assert data["is_error"] and [c["call_id"] for c in data["unanswered"]] == ["call_b"]

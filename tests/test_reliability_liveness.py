@@ -36,7 +36,7 @@ from convstore.domain import (
     ResponseStarted,
     UserMessage,
 )
-from convstore.domain.errors import ResponseStillOpen
+from convstore.domain.errors import ResponseBeingWritten, ResponseStillOpen
 from convstore.domain.writers import process_writer_id
 from convstore.storage import PostgresLocation, SQLiteLocation, open_store, parse_location
 from convstore.storage.errors import OperationalError
@@ -170,7 +170,8 @@ def test_a_live_writer_is_never_judged_gone_and_a_killed_one_is(
                     ]
                 ),
             )
-        assert service.abandon_activities(conversation) == []
+        with pytest.raises(ResponseBeingWritten, match="still being written"):
+            service.abandon_activities(conversation)
         assert service.get(conversation).state.open_response is not None
         assert service.get(conversation).version == version
 

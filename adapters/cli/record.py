@@ -1,10 +1,11 @@
-"""Talking in a provider's wire format: `ingest`, `replay`, `ask`, `repair`."""
+"""Talking in a provider's wire format: `ingest`, `replay`, `ask`, `repair`, `answer`."""
 
 from __future__ import annotations
 
 import argparse
 import signal
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -22,8 +23,10 @@ from convstore.adapters.cli.registry import (
 from convstore.adapters.recording import asking, jobs
 from convstore.adapters.terminal import render, transcript
 from convstore.adapters.terminal.live import LiveView
-from convstore.domain import ConversationId, ResponseStarted, parse_conversation_id
-from convstore.domain.errors import ConvstoreError
+from convstore.adapters.wire.consent import KEPT_DECLARED
+from convstore.domain import CallId, ConversationId, ResponseStarted, parse_conversation_id
+from convstore.domain.calls import UnansweredCall, unanswered_calls
+from convstore.domain.errors import ConvstoreError, DecodeError
 
 
 def _ingest_arguments(parser: argparse.ArgumentParser) -> None:
@@ -117,24 +120,73 @@ def _replay_arguments(parser: argparse.ArgumentParser) -> None:
 @command("replay", "print the native request that continues a conversation", _replay_arguments)
 def replay(args: argparse.Namespace, session: Session) -> int:
     """The request body as JSON on stdout (never writes to the store); `--dry-run` prints
-    the loss report instead."""
+    the loss report instead: what the request leaves out, the hosted tools kept declared
+    for pending work, and the client tool calls without a result (the provider refuses
+    the request until each has one)."""
+    conversation = parse_conversation_id(args.id)
+    events = session.reader.service.history(conversation)
     request = jobs.replay(
         session.reader.service,
-        parse_conversation_id(args.id),
+        conversation,
         args.provider,
         cfg=args.cfg,
         model=args.model,
         user=args.user,
+        events=events,
     )
     if not args.dry_run:
         session.out.json_text(request.to_json().decode())
-    elif args.json:
-        session.out.json([msgspec.to_builtins(loss) for loss in request.losses])
-    elif not request.losses:
+        return 0
+    calls = unanswered_calls(events)
+    if args.json:
+        losses: list[Any] = [msgspec.to_builtins(loss) for loss in request.losses]
+        session.out.json(losses + [_unanswered_data(call) for call in calls])
+        return 0
+    left_out = [loss for loss in request.losses if loss.kind != KEPT_DECLARED]
+    if not left_out:
         session.out.line(f"nothing is left out replaying to {args.provider}")
-    else:
-        session.out.lines(transcript.loss_line(loss) for loss in request.losses)
+    session.out.lines(transcript.loss_line(loss) for loss in left_out)
+    session.out.lines(
+        _note_line(loss.version, loss.event, f"kept declared: {loss.reason}")
+        for loss in request.losses
+        if loss.kind == KEPT_DECLARED
+    )
+    session.out.lines(_unanswered_line(call, conversation) for call in calls)
     return 0
+
+
+UNANSWERED = "unanswered_call"
+"""The `kind` of a client tool call without a result in `replay --dry-run --json`."""
+
+
+def _unanswered_data(call: UnansweredCall) -> dict[str, Any]:
+    """A call without a result, as a `replay --dry-run --json` item (a loss's keys, and
+    the call's)."""
+    return {
+        "version": call.version,
+        "event": "ToolCallRequested",
+        "kind": UNANSWERED,
+        "reason": f"client tool call {call.call_id} ({call.name}) has no result: the "
+        "provider refuses the request until it has one",
+        "call_id": call.call_id,
+        "name": call.name,
+        "response_id": call.response_id,
+    }
+
+
+def _unanswered_line(call: UnansweredCall, conversation: ConversationId) -> str:
+    return _note_line(
+        call.version,
+        "ToolCallRequested",
+        f"no result: client tool call {call.call_id} ({call.name}); the provider refuses "
+        f"the request until it has one: `{PROG} answer {conversation} {call.call_id} --text "
+        "…` records it",
+    )
+
+
+def _note_line(version: int, event: str, text: str) -> str:
+    """A line of the dry-run report that is not a loss."""
+    return f"event {version} ({event}): {text}" if version else f"{event}: {text}"
 
 
 def _ask_arguments(parser: argparse.ArgumentParser) -> None:
@@ -299,3 +351,65 @@ def repair(args: argparse.Namespace, session: Session) -> int:
     else:
         session.out.lines(transcript.transcript(recorded))
     return 0
+
+
+def _answer_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("id", help="the conversation's id")
+    parser.add_argument(
+        "call_id",
+        metavar="CALL_ID",
+        help="the client tool call to answer (`replay ID --to PROVIDER --dry-run` lists the"
+        " calls without a result)",
+    )
+    result = parser.add_mutually_exclusive_group(required=True)
+    result.add_argument("--text", metavar="T", help="the result")
+    result.add_argument(
+        "--result-file", type=Path, metavar="FILE", help="the result: the file's text (UTF-8)"
+    )
+    result.add_argument("--error", metavar="T", help="an error result: the tool failed")
+    json_flag(parser)
+
+
+@command("answer", "record the result of a client tool call", _answer_arguments)
+def answer(args: argparse.Namespace, session: Session) -> int:
+    """Append the call's ToolCallResponded (an error result with `--error`), so the next
+    request is valid. Exit 2, nothing written: a call id the conversation has no client
+    tool call for (a hosted activity's included), a call already answered, a file that
+    cannot be read or is not UTF-8 text, or a live writer holding a response open in the
+    conversation (a response whose writer is gone is closed first)."""
+    conversation = parse_conversation_id(args.id)
+    service = session.service
+    if args.result_file is not None:
+        content = _result_text(args.result_file, service.max_event_bytes)
+    else:
+        content = args.error if args.error is not None else args.text
+    is_error = args.error is not None
+    recorded = service.answer(conversation, CallId(args.call_id), content, is_error=is_error)
+    left = unanswered_calls(service.history(conversation))
+    if args.json:
+        session.out.json(
+            {
+                "conversation_id": str(conversation),
+                "call_id": args.call_id,
+                "is_error": is_error,
+                "events": [transcript.to_data(event) for event in recorded],
+                "unanswered": [msgspec.to_builtins(call) for call in left],
+            }
+        )
+    else:
+        session.out.lines(transcript.transcript(recorded))
+        session.out.lines(f"still without a result: {call.call_id} ({call.name})" for call in left)
+    return 0
+
+
+def _result_text(path: Path, max_bytes: int | None) -> str:
+    """The text of a result file, bounded like every input (`max_bytes`: the largest
+    event the store takes); DecodeError naming it when it cannot be read or is not
+    UTF-8."""
+    data = read_file(path, max_bytes=max_bytes)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise DecodeError(
+            f"{path}: is not UTF-8 text ({error.reason} at byte {error.start})"
+        ) from None

@@ -229,10 +229,10 @@ def all_ids(store: Store) -> Iterator[ConversationId]:
         offset += len(page)
 
 
-def read_file(path: Path) -> bytes:
+def read_file(path: Path, *, max_bytes: int | None = None) -> bytes:
     """A file's bytes (a pipe's or a device's too; gzip expanded), bounded like a capture
-    (`jobs.MAX_CAPTURE_BYTES`); a missing, unreadable or oversized file, or a folder, is a
-    DecodeError naming it (exit 2)."""
+    (`max_bytes`, else `jobs.MAX_CAPTURE_BYTES`); a missing, unreadable or oversized file,
+    or a folder, is a DecodeError naming it (exit 2)."""
     from convstore.adapters.recording.jobs import read_body  # here: `--help` loads no adapter
 
-    return read_body(path)
+    return read_body(path, max_bytes=max_bytes)

@@ -293,7 +293,10 @@ def replay(
     cfg: Iterable[str] = (),
     model: str | None = None,
     user: str | None = None,
+    events: Sequence[Event] | None = None,
 ) -> EncodedRequest:
-    """The native request that continues the conversation on `provider`. Never writes."""
-    events = service.history(conversation_id)
+    """The native request that continues the conversation on `provider`. Never writes.
+    `events`: the conversation's history (`service.history`), when already read."""
+    if events is None:
+        events = service.history(conversation_id)
     return adapter(provider).need_encode()(events, load_config(list(cfg)), model, user)
