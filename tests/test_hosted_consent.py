@@ -18,6 +18,12 @@ from typing import Any
 import pytest
 
 from convstore.adapters import cli
+from convstore.adapters.anthropic.context import RequestContext
+from convstore.adapters.anthropic.decode import detect_and_decode
+from convstore.adapters.anthropic.history import history_drafts
+from convstore.adapters.wire.consent import kept_declared_notes
+from convstore.adapters.wire.providers import adapter
+from convstore.domain import Conversation
 from tests.replay_server import ReplayServer, Reply
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -180,3 +186,20 @@ def test_a_pending_search_keeps_its_tool_declared_and_says_so(
     assert [t for t in sent["tools"] if t["name"] == "web_search"] == [
         t for t in recorded["tools"] if t["name"] == "web_search"
     ]  # as the pending search began under
+
+
+def test_the_notes_a_caller_prints_name_each_tool_kept_declared() -> None:
+    folder = EXAMPLES / "anthropic" / "mixed_batch"
+    request = (folder / "1.request.json").read_bytes()
+    conversation = Conversation.start()
+    for message in history_drafts(request):
+        conversation.record_all(message.drafts)
+    body = (folder / "1.response.sse").read_bytes()
+    conversation.record_all(detect_and_decode(body, request=RequestContext.from_body(request)))
+    encoded = adapter("anthropic").need_encode()(list(conversation.pending), {}, None, None)
+    assert list(encoded.kept_declared) == ["web_search"]
+    [note] = kept_declared_notes(encoded)
+    assert note.startswith("hosted tool web_search stays declared")
+    consented = {"providers": {"anthropic": {"hosted_tools": {"web_search": {"enable": True}}}}}
+    encoded = adapter("anthropic").need_encode()(list(conversation.pending), consented, None, None)
+    assert list(encoded.kept_declared) == [] and kept_declared_notes(encoded) == []

@@ -24,10 +24,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from convstore.adapters.wire.providers import DeclaredTool, Loss
+from convstore.adapters.wire.providers import DeclaredTool, EncodedRequest, Loss
 from convstore.domain.events import HostedActivity, ResponseStarted
 
-__all__ = ["KEPT_DECLARED", "ConsentedTools", "PendingTool", "consented_tools", "kept_loss"]
+__all__ = [
+    "KEPT_DECLARED",
+    "ConsentedTools",
+    "PendingTool",
+    "consented_tools",
+    "kept_declared_notes",
+    "kept_loss",
+]
 
 KEPT_DECLARED: Final = "kept_declared"
 """The loss kind of a hosted tool declared only because an activity of it is pending."""
@@ -130,3 +137,9 @@ def kept_loss(name: str, activity: HostedActivity, key: str) -> Loss:
             "provider continues it only while the tool is declared"
         ),
     )
+
+
+def kept_declared_notes(request: EncodedRequest) -> list[str]:
+    """One sentence per hosted tool `request` keeps declared for pending work, for a
+    person (unsanitized: render them), e.g. on stderr before the request is sent."""
+    return [loss.reason for loss in request.losses if loss.kind == KEPT_DECLARED]

@@ -96,6 +96,13 @@ class EncodedRequest(Protocol):
         """What the request leaves out or converts."""
         ...
 
+    @property
+    def kept_declared(self) -> Sequence[str]:
+        """Hosted tools declared only because an activity of them is pending: the
+        configuration does not enable them (`wire.consent`; each also a loss of kind
+        `kept_declared`, whose reason says so to a person)."""
+        ...
+
     def to_json(self) -> bytes:
         """The body as JSON, every stored payload embedded byte for byte."""
         ...
