@@ -152,6 +152,12 @@ class ConversationService:
         self.repository.save(conversation)
         return recorded
 
+    def check_writable(self, conversation_id: ConversationId, what: str = "a write") -> None:
+        """Raise ResponseBeingWritten when a live writer holds a response open in the
+        conversation, so a caller can refuse `what` before any work (a request sent);
+        reads only. Raises ConversationNotFound."""
+        self._refuse_beside_live_writer(self.repository.load(conversation_id), what)
+
     def answer(
         self, conversation_id: ConversationId, call_id: CallId, content: str, *, is_error: bool
     ) -> list[Event]:

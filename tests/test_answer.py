@@ -318,6 +318,7 @@ def test_no_write_beside_a_response_a_live_writer_holds_open(
         service = store.service
         version = service.get(cid).version
         writes: list[Any] = [
+            lambda: service.check_writable(cid, "an ask"),
             lambda: service.answer(cid, CallId(call), "shipped", is_error=False),
             lambda: service.add_user_input(cid, [UserMessage(blocks=("hello?",))]),
             lambda: service.append(cid, [UserMessage(blocks=("hello?",))]),
@@ -331,6 +332,10 @@ def test_no_write_beside_a_response_a_live_writer_holds_open(
         assert service.get(cid).state.open_response is not None
 
     writer.kill()  # SIGKILL: its hold is released
+
+    with open_store(store_url) as store:
+        store.service.check_writable(cid)  # nothing raised, nothing written
+        assert store.service.get(cid).version == version
 
     code, out, err = run(capsys, "--db", store_url, "answer", conversation, call, "--json")
     assert code == 2 and "usage:" in err  # (a result form is required)

@@ -179,6 +179,8 @@ def test_a_pending_search_keeps_its_tool_declared_and_says_so(
         *("--cfg", f"providers.anthropic.base_url={server.url}", "--json"),
     )
     assert code == 0, err
+    [note] = [line for line in err.splitlines() if "stays declared" in line]  # said so
+    assert note.startswith("convstore: note: hosted tool web_search stays declared")
     [received] = server.requests
     sent = json.loads(received.body)
     recorded = json.loads((EXAMPLES / "anthropic" / "mixed_batch" / "1.request.json").read_bytes())
@@ -200,6 +202,7 @@ def test_the_notes_a_caller_prints_name_each_tool_kept_declared() -> None:
     assert list(encoded.kept_declared) == ["web_search"]
     [note] = kept_declared_notes(encoded)
     assert note.startswith("hosted tool web_search stays declared")
+    assert list(encoded.notes) == [note]
     consented = {"providers": {"anthropic": {"hosted_tools": {"web_search": {"enable": True}}}}}
     encoded = adapter("anthropic").need_encode()(list(conversation.pending), consented, None, None)
-    assert list(encoded.kept_declared) == [] and kept_declared_notes(encoded) == []
+    assert list(encoded.kept_declared) == [] and list(encoded.notes) == []

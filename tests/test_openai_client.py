@@ -500,7 +500,9 @@ def test_an_anthropic_conversation_replays_to_openai(
         "--json",
     )
     assert code == 0
-    assert {loss["kind"] for loss in losses} == {"settings", "reasoning", "payload"}
+    # (its tool call has no result yet: listed, as the provider refuses the request)
+    kinds = {loss["kind"] for loss in losses}
+    assert kinds == {"settings", "reasoning", "payload", "unanswered_call"}
     code, out, _ = run(
         capsys,
         "replay",

@@ -89,6 +89,7 @@ from convstore.adapters.anthropic.messages import (
     build_messages,
 )
 from convstore.adapters.anthropic.settings import ResolvedSettings
+from convstore.adapters.wire.consent import kept_declared_notes
 from convstore.adapters.wire.encoding import ENCODER
 from convstore.adapters.wire.providers import Loss
 from convstore.domain.attempts import reading
@@ -109,6 +110,11 @@ class EncodedRequest:
     kept_declared: tuple[str, ...] = ()
     """Hosted tools declared only because an activity of them is pending (each also a
     `kept_declared` loss): the configuration does not enable them."""
+
+    @property
+    def notes(self) -> list[str]:
+        """One sentence per hosted tool kept declared for pending work, for a person."""
+        return kept_declared_notes(self)
 
     def to_json(self) -> bytes:
         """The body as JSON, every stored payload embedded byte for byte."""

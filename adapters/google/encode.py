@@ -94,6 +94,7 @@ from convstore.adapters.google.contents import (
     build_contents,
 )
 from convstore.adapters.google.settings import ResolvedSettings
+from convstore.adapters.wire.consent import kept_declared_notes
 from convstore.adapters.wire.encoding import ENCODER
 from convstore.adapters.wire.providers import Loss
 from convstore.domain.attempts import reading
@@ -114,6 +115,11 @@ class EncodedRequest:
     losses: list[Loss] = field(default_factory=list)
     kept_declared: tuple[str, ...] = ()
     """Hosted tools declared only for pending work: none on Gemini (see `encode`)."""
+
+    @property
+    def notes(self) -> list[str]:
+        """One sentence per hosted tool kept declared for pending work, for a person."""
+        return kept_declared_notes(self)
 
     def to_json(self) -> bytes:
         """The body as JSON, every stored payload embedded byte for byte."""

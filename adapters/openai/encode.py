@@ -107,6 +107,7 @@ from convstore.adapters.openai.inputs import (
     user_item,
 )
 from convstore.adapters.openai.settings import ResolvedSettings
+from convstore.adapters.wire.consent import kept_declared_notes
 from convstore.adapters.wire.encoding import ENCODER
 from convstore.adapters.wire.providers import Loss
 from convstore.domain.attempts import reading
@@ -125,6 +126,11 @@ class EncodedRequest:
     kept_declared: tuple[str, ...] = ()
     """Hosted tools declared only because an activity of them is pending (each also a
     `kept_declared` loss): the configuration does not enable them."""
+
+    @property
+    def notes(self) -> list[str]:
+        """One sentence per hosted tool kept declared for pending work, for a person."""
+        return kept_declared_notes(self)
 
     def to_json(self) -> bytes:
         """The body as JSON, every stored payload embedded byte for byte."""

@@ -103,6 +103,12 @@ class EncodedRequest(Protocol):
         `kept_declared`, whose reason says so to a person)."""
         ...
 
+    @property
+    def notes(self) -> Sequence[str]:
+        """What a person is told before the request is sent (on stderr; unsanitized:
+        render them): one sentence per hosted tool kept declared for pending work."""
+        ...
+
     def to_json(self) -> bytes:
         """The body as JSON, every stored payload embedded byte for byte."""
         ...
