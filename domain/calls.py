@@ -16,10 +16,12 @@ from collections.abc import Iterable
 import msgspec
 
 from convstore.domain.attempts import reading
+from convstore.domain.conversation import Conversation
+from convstore.domain.errors import ToolCallAlreadyAnswered, UnknownToolCall
 from convstore.domain.events import Event, ToolCallRequested, ToolCallResponded
 from convstore.domain.vocabulary import CallId, ResponseId
 
-__all__ = ["UnansweredCall", "unanswered_calls"]
+__all__ = ["UnansweredCall", "check_answerable", "unanswered_calls"]
 
 
 class UnansweredCall(msgspec.Struct, frozen=True, kw_only=True):
@@ -53,3 +55,25 @@ def unanswered_calls(events: Iterable[Event]) -> list[UnansweredCall]:
                 ),
             )
     return list(calls.values())
+
+
+def check_answerable(conversation: Conversation, call_id: str) -> None:
+    """Raise, before anything is written, unless `call_id` is a client tool call of
+    `conversation` without a result: UnknownToolCall (a hosted activity's id included:
+    the provider ran it, it takes no result), ToolCallAlreadyAnswered."""
+    calls, activities = conversation.state.calls, conversation.state.activities
+    if call_id not in calls:
+        if call_id in activities:
+            raise UnknownToolCall(
+                f"{call_id!r} is a hosted activity ({activities[call_id].name}), which the "
+                "provider ran itself: it takes no result; nothing was written"
+            )
+        raise UnknownToolCall(
+            f"conversation {conversation.id} has no client tool call {call_id!r}; nothing "
+            "was written (`convstore replay ID --to PROVIDER --dry-run` lists the calls "
+            "without a result)"
+        )
+    if calls[call_id]:
+        raise ToolCallAlreadyAnswered(
+            f"tool call {call_id!r} already has a result; nothing was written"
+        )

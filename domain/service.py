@@ -13,13 +13,12 @@ from typing import Protocol
 
 import msgspec
 
+from convstore.domain.calls import check_answerable
 from convstore.domain.conversation import Conversation, ConversationState
 from convstore.domain.errors import (
     ConcurrencyConflict,
     InvariantViolation,
     ResponseBeingWritten,
-    ToolCallAlreadyAnswered,
-    UnknownToolCall,
     WriterAlive,
 )
 from convstore.domain.events import (
@@ -40,6 +39,7 @@ from convstore.domain.writers import (
     Liveness,
     OwnProcessOnly,
     WriterStatus,
+    alive_because,
     current_writer,
     judge,
 )
@@ -172,22 +172,7 @@ class ConversationService:
         """
         conversation = self.repository.load(conversation_id)
         self._refuse_beside_live_writer(conversation, f"a result for tool call {call_id!r}")
-        calls, activities = conversation.state.calls, conversation.state.activities
-        if call_id not in calls:
-            if call_id in activities:
-                raise UnknownToolCall(
-                    f"{call_id!r} is a hosted activity ({activities[call_id].name}), which the "
-                    "provider ran itself: it takes no result; nothing was written"
-                )
-            raise UnknownToolCall(
-                f"conversation {conversation_id} has no client tool call {call_id!r}; nothing "
-                "was written (`convstore replay ID --to PROVIDER --dry-run` lists the calls "
-                "without a result)"
-            )
-        if calls[call_id]:
-            raise ToolCallAlreadyAnswered(
-                f"tool call {call_id!r} already has a result; nothing was written"
-            )
+        check_answerable(conversation, call_id)
         closed = self._close_dead_response(conversation)
         result = ToolCallResponded(call_id=call_id, content=content, is_error=is_error)
         recorded = _record_user_input(conversation, [result])
@@ -331,7 +316,7 @@ class ConversationService:
             if not force and self._writer_status(conversation) == "alive":
                 raise WriterAlive(
                     f"response {open_response.response_id!r} is still being written: "
-                    f"{_alive_because(open_response.writer, self.stale_after)}; nothing was "
+                    f"{alive_because(open_response.writer, self.stale_after)}; nothing was "
                     "written. Wait for it to end, or close it anyway with "
                     f"`convstore repair {conversation_id} --force`"
                 )
@@ -470,7 +455,7 @@ class ConversationService:
         raise ResponseBeingWritten(
             f"{what} refused: response {open_response.response_id!r} of conversation "
             f"{conversation.id} is still being written: "
-            f"{_alive_because(open_response.writer, self.stale_after)}; nothing was written. "
+            f"{alive_because(open_response.writer, self.stale_after)}; nothing was written. "
             "Wait for it to end, or close it with "
             f"`convstore repair {conversation.id} --force`"
         )
@@ -492,17 +477,6 @@ class ConversationService:
         )
         self.repository.save(conversation)
         return [closed]
-
-
-def _alive_because(writer: Writer | None, stale_after: float) -> str:
-    if writer is not None and writer.id:
-        return (
-            f"its writer (writer id {writer.id}, pid {writer.pid} on {writer.host}) holds its lock"
-        )
-    return (
-        "its writer recorded no writer id (an earlier convstore), and the response opened "
-        f"less than {stale_after / 60:g} minutes ago"
-    )
 
 
 def _later(conversation: Conversation) -> None:

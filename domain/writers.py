@@ -110,3 +110,15 @@ def judge(
             return "alive"
         return liveness.status(writer.id)
     return "alive" if now - opened_at < stale_after else "gone"
+
+
+def alive_because(writer: Writer | None, stale_after: float) -> str:
+    """Why a response's writer counts as alive, for a person (a refusal's message)."""
+    if writer is not None and writer.id:
+        return (
+            f"its writer (writer id {writer.id}, pid {writer.pid} on {writer.host}) holds its lock"
+        )
+    return (
+        "its writer recorded no writer id (an earlier convstore), and the response opened "
+        f"less than {stale_after / 60:g} minutes ago"
+    )
