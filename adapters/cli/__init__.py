@@ -52,4 +52,7 @@ def run() -> NoReturn:
 
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # `main` installs its own
-    sys.exit(program.main())
+    code = program.main()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # done: a late signal changes nothing
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sys.exit(code)

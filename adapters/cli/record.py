@@ -223,7 +223,9 @@ def ask(args: argparse.Namespace, session: Session) -> int:
     view = (
         None
         if args.json
-        else LiveView(session.out, show_reasoning=args.show_reasoning, quiet=args.quiet)
+        else LiveView(
+            session.out, err=session.err, show_reasoning=args.show_reasoning, quiet=args.quiet
+        )
     )
     try:
         provider = args.provider or _recorded_provider(session, conversation) or "anthropic"
@@ -250,8 +252,9 @@ def ask(args: argparse.Namespace, session: Session) -> int:
                 }
             )
         raise
-    for note in report.notes:
-        session.err.line(f"{PROG}: note: {render.one_line(note)}")
+    if view is None:  # the view printed them as they came
+        for note in report.notes:
+            session.err.line(f"{PROG}: note: {render.one_line(note)}")
     failure = report.error
     if failure is not None:
         status = f"HTTP {failure.status} " if failure.status is not None else ""

@@ -22,6 +22,7 @@ from convstore.adapters.http.errors import ProviderHTTPError
 from convstore.adapters.recording.live import Interrupts, RecordingThread
 from convstore.adapters.wire.preview import Piece, previewed
 from convstore.adapters.wire.providers import PROVIDERS, EncodedRequest, ProviderAdapter, adapter
+from convstore.domain.calls import unanswered_calls
 from convstore.domain.conversation import new_conversation_id
 from convstore.domain.errors import ConfigurationError
 from convstore.domain.events import Event, ResponseEnded, UserMessage
@@ -39,6 +40,10 @@ CUT_AT_LENGTH: Final = "length"
 
 class Watcher(Protocol):
     """What a person watching sees (`terminal.live.LiveView`): told each step as it comes."""
+
+    def note(self, text: str) -> None:
+        """Something a person should know before the request goes out."""
+        ...
 
     def begin(self, conversation_id: ConversationId) -> None:
         """The provider answered: recording starts in this conversation."""
@@ -114,15 +119,23 @@ def ask(
     if conversation_id is not None:
         if service is None:
             raise ConfigurationError("continuing a conversation needs its store")
+        service.check_writable(conversation_id, what="ask")  # before a request is sent
         events = service.history(conversation_id)
-        notes = _unanswered_calls(service, conversation_id)
+        notes = _unanswered_calls(events, conversation_id)
     encode = provider_adapter.need_encode()
     request = encode(events, config, model, text)
     continues = CONTINUES | {CUT_AT_LENGTH} if continue_on_length else CONTINUES
     report = AskReport(conversation_id=conversation_id or new_conversation_id(), notes=notes)
+    if watcher is not None:
+        for note in notes:
+            watcher.note(note)
     history: list[tuple[str, Sequence[Event]]] = [("user", [UserMessage(blocks=(text,))])]
     for _ in range(settings.ask.max_continuations + 1):
-        report.notes.extend(getattr(request, "notes", ()))
+        for note in request.notes:
+            if note not in report.notes:
+                report.notes.append(note)
+                if watcher is not None:
+                    watcher.note(note)
         end = _one_response(
             recording,
             provider_adapter,
@@ -180,12 +193,12 @@ def _configure(name: str) -> Callable[[Mapping[str, Any]], object]:
     return check
 
 
-def _unanswered_calls(service: ConversationService, conversation_id: ConversationId) -> list[str]:
+def _unanswered_calls(events: Sequence[Event], conversation_id: ConversationId) -> list[str]:
     """A note naming the client tool calls without a result, which the provider refuses."""
-    calls = service.get(conversation_id).open_calls()
+    calls = unanswered_calls(events)
     if not calls:
         return []
-    listed = ", ".join(repr(str(call)) for call in calls)
+    listed = ", ".join(f"{call.call_id!r} ({call.name})" for call in calls)
     return [
         f"conversation {conversation_id} has client tool calls without a result ({listed}): "
         "the provider will likely refuse the request. Answer each with `convstore answer "

@@ -50,8 +50,16 @@ class Piece(Protocol):
 class LiveView:
     """Renders one `ask` (its responses, one after another) as it streams."""
 
-    def __init__(self, out: Renderer, *, show_reasoning: bool = False, quiet: bool = False):
+    def __init__(
+        self,
+        out: Renderer,
+        *,
+        err: Renderer | None = None,
+        show_reasoning: bool = False,
+        quiet: bool = False,
+    ):
         self.out = out
+        self.err = err
         self.show_reasoning = show_reasoning
         self.quiet = quiet
         self._at_line_start = True
@@ -93,6 +101,13 @@ class LiveView:
                 self._write("\n")
 
     # --- what arrives ----------------------------------------------------------------------
+
+    def note(self, text: str) -> None:
+        """Something to know before the request goes out: one line on `err` (none: out)."""
+        if self.err is not None:
+            self.err.line(f"convstore: note: {one_line(text)}")
+        elif not self.quiet:
+            self._line(f"note: {one_line(text)}")
 
     def begin(self, conversation_id: object) -> None:
         """The provider answered: say where the answer is recorded (once per `ask`)."""
