@@ -362,7 +362,7 @@ def _activity(activity: Activity) -> Iterator[str]:
         yield from (f"- {md_link(link.text, link.url)}" for link in activity.links)
     elif activity.display:
         yield ""
-        yield f"*{md_inline(activity.display.replace('_', ' '))}: no links to show*"
+        yield f"*{md_inline(activity.display.replace('_', ' '))}: no links in it; the web viewer shows it*"
 
 
 def _call(call: Call) -> Iterator[str]:

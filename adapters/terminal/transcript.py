@@ -248,7 +248,7 @@ def _activity(pad: str, activity: Activity) -> Iterator[str]:
     for link in activity.links:
         yield f"{pad}  {kind}: {one_line(link.text)} — {one_line(link.url)}"
     if activity.display and not activity.links:
-        yield f"{pad}  [{kind}: nothing to show here]"
+        yield f"{pad}  [{kind}: no links in it; the web viewer shows it]"
 
 
 def outcome_line(outcome: ResponseOutcome, conversation: object = None) -> str:
