@@ -124,12 +124,14 @@ _UNSAFE_IN_URL: Final = re.compile(r"[\x00-\x20\x7f<>()\\`\"\[\]]|&(?=[A-Za-z#][
 
 
 def md_url(url: str) -> str | None:
-    """A link destination for an http or https URL (percent-encoded where CommonMark would
-    end or reread it); None for any other scheme, which is shown as text instead."""
+    """A link destination for an http or https URL (its scheme in lowercase, percent-encoded
+    where CommonMark would end or reread it); None for any other scheme, which is shown as
+    text instead."""
     url = sanitize(url).strip()
     if not _SCHEME.match(url):
         return None
-    return _UNSAFE_IN_URL.sub(lambda m: quote(m.group(), safe=""), url)
+    scheme, rest = url.split(":", 1)
+    return scheme.lower() + ":" + _UNSAFE_IN_URL.sub(lambda m: quote(m.group(), safe=""), rest)
 
 
 def md_link(text: str, url: str) -> str:
@@ -147,7 +149,8 @@ def fenced(content: str, info: str = "") -> list[str]:
     body = sanitize(content).rstrip("\n")
     longest = max((len(run) for run in re.findall(r"`+", body)), default=0)
     fence = "`" * max(3, longest + 1)
-    return [fence + re.sub(r"[^A-Za-z0-9_+.-]", "", info)[:40], *body.split("\n"), fence]
+    lines = body.split("\n") if body else []
+    return [fence + re.sub(r"[^A-Za-z0-9_+.-]", "", info)[:40], *lines, fence]
 
 
 # --- the document ---------------------------------------------------------------------------
@@ -199,7 +202,7 @@ def _turn(turn: TurnView) -> Iterator[str]:
         yield f"- time: {when(turn.started)}{ended}"
     for response in turn.responses:
         yield f"- response {md_inline(response.id)}: {_response_facts(response)}"
-    yield f"- hosted spend: {', '.join(turn.spend) or 'none'}"
+    yield f"- hosted spend: {md_inline(', '.join(turn.spend)) or 'none'}"
     for part in turn.parts:
         yield from _part(part)
     if turn.state is not None:
@@ -354,15 +357,17 @@ def _activity(activity: Activity) -> Iterator[str]:
         yield f"Output ({md_inline(output.channel)}):"
         yield ""
         yield from fenced(output.text)
+    kind = one_line(activity.display).replace("_", " ")
     if activity.links:
-        kind = md_inline(activity.display.replace("_", " ")) or "link"
         yield ""
-        yield f"{kind.capitalize()}s:"
+        yield md_text(f"{kind.capitalize()}s:")
         yield ""
-        yield from (f"- {md_link(link.text, link.url)}" for link in activity.links)
+        for link in activity.links:
+            shown = md_link(link.text, link.url)
+            yield f"- {shown}" if shown.startswith("[") else f"- not a web address: {shown}"
     elif activity.display:
         yield ""
-        yield f"*{md_inline(activity.display.replace('_', ' '))}: no links in it; the web viewer shows it*"
+        yield f"*Display obligation ({md_inline(kind)}): no links to list; the web viewer shows it*"
 
 
 def _call(call: Call) -> Iterator[str]:
