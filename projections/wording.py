@@ -148,8 +148,9 @@ def activity_outcome(state: str, summary: str = "", response_state: str | None =
         if response_state == "completed":
             return "pending"
         return "interrupted" if response_state in ("failed", "abandoned") else "unfinished"
-    detail = shorten(summary, 200)
-    return f"{one_line(state)}: {detail}" if detail and detail != state else one_line(state)
+    shown = one_line(state)
+    detail = shorten(summary, 200).removeprefix(f"{shown}: ")  # Gemini's `failed: <line>`
+    return f"{shown}: {detail}" if detail and detail != shown else shown
 
 
 def activity_line(
