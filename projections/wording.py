@@ -97,7 +97,8 @@ def activity_label(name: str, input: Mapping[str, Any]) -> str:
         code = code_of(name, input)
         if code is None:
             return f"{label} (no code recorded)"
-        return f"{label} ({one_line(code[1])})" if code[1] else label
+        language = one_line(code[1])
+        return f"{label} ({language})" if language and language not in label else label
     if isinstance(url, str) and url:
         pattern = input.get("pattern")
         if isinstance(pattern, str) and pattern:
