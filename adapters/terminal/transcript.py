@@ -207,21 +207,28 @@ def _content(pad: str, content: Content) -> Iterator[str]:
     elif isinstance(content, Activity):
         yield from _activity(pad, content)
     elif isinstance(content, Call):
-        arguments = shorten(to_json(content.arguments), 300)
-        name, call = one_line(content.name), one_line(content.call_id)
-        yield f"{pad}tool call {name} ({call}): {arguments}"
-        result = content.result
-        if result is None:
-            yield f"{pad}  no result"
-        else:
-            label = "tool error" if result.is_error else "tool result"
-            synthetic = " (synthetic)" if result.synthetic else ""
-            yield from _block(pad + "  ", f"{label}{synthetic}", result.content or "[empty]")
+        yield from _call(pad, content)
     else:
         yield (
             f"{pad}[unknown {one_line(content.provider)} artifact: "
             f"{one_line(content.format)}, {content.size} bytes]"
         )
+
+
+def _call(pad: str, call: Call) -> Iterator[str]:
+    result, shown = call.result, one_line(call.call_id)
+    label = "tool error" if result is not None and result.is_error else "tool result"
+    if result is not None and result.synthetic:
+        label += " (synthetic)"
+    if result is not None and not call.name:  # its call is not among the events shown
+        yield from _block(pad, f"{label} for {shown}", result.content or "[empty]")
+        return
+    arguments = shorten(to_json(call.arguments), 300)
+    yield f"{pad}tool call {one_line(call.name)} ({shown}): {arguments}"
+    if result is None:
+        yield f"{pad}  no result"
+    else:
+        yield from _block(pad + "  ", label, result.content or "[empty]")
 
 
 def _answer(pad: str, answer: Answer) -> Iterator[str]:
