@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeAlias
 
 from convstore.adapters.terminal.render import one_line, shorten, to_json
 
@@ -201,14 +201,20 @@ def spend_noun(name: str, input: Mapping[str, Any]) -> tuple[str, str]:
     return f"{label} call", f"{label} calls"
 
 
-def hosted_spend(activities: Iterable[tuple[str, Mapping[str, Any], str]]) -> list[str]:
-    """`2 searches (1 failed)`, `1 code run`: the hosted work of (name, input, newest state)
-    activities, counted by what they are, in the order first met."""
+Spent: TypeAlias = tuple[str, Mapping[str, Any]] | tuple[str, Mapping[str, Any], str]
+"""One activity as `hosted_spend` counts it: (name, input), or (name, input, newest state)."""
+
+
+def hosted_spend(activities: Iterable[Spent]) -> list[str]:
+    """`2 searches (1 failed)`, `1 code run`: the hosted work of the activities, counted by
+    what they are (`spend_noun`), in the order first met; failures are counted where the
+    state is given."""
     tally: dict[tuple[str, str], list[int]] = {}
-    for name, input, state in activities:
+    for activity in activities:
+        name, input = activity[0], activity[1]
         counts = tally.setdefault(spend_noun(name, input), [0, 0])
         counts[0] += 1
-        counts[1] += state == "failed"
+        counts[1] += len(activity) == 3 and activity[2] == "failed"
     return [
         counted(n, *noun) + (f" ({failed} failed)" if failed else "")
         for noun, (n, failed) in tally.items()
@@ -257,14 +263,9 @@ def usage_counters(
 
 
 def tokens(usage: UsageLike | None) -> str:
-    """`tokens in 12, out 40`: the token counters only ("" when none was reported)."""
-    if usage is None:
-        return ""
-    shown = [
-        f"{label} {count}"
-        for label, count in (("in", usage.input_tokens), ("out", usage.output_tokens))
-        if count is not None
-    ]
+    """`tokens in 12, out 40, cache read 3`: the token counters, no hosted ones ("" when
+    none was reported)."""
+    shown = usage_counters(usage, hosted=False) if usage is not None else []
     return f"tokens {', '.join(shown)}" if shown else ""
 
 

@@ -239,7 +239,7 @@ def test_show_renders_the_transcript(
         'tool call get_weather (toolu_01DemoGetWeather): {"location":"Uji, Kyoto"}',
         "      tool result: Tomorrow: 14 °C, light rain (70 %)",
         "response ended: completed · stop (provider: end_turn)",
-        "turn turn-1 ended: completed · 1 search · tokens in 20286, out 404 · end_turn",
+        "turn turn-1 ended: completed · 1 search · tokens in 20286, out 404",
         "chain: intact · head ",
     ]:
         assert expected in out

@@ -206,7 +206,7 @@ class LiveView:
 def closing_line(end: ResponseEnded, activities: Iterable[tuple[str, dict[str, Any]]]) -> str:
     """`— 2 searches · tokens in 12, out 40 · end_turn`: what one response spent and why
     it stopped (and how it ended, when not completed)."""
-    parts = [hosted_spend(name for name, _ in activities)]
+    parts = [", ".join(hosted_spend(activities))]
     if end.usage is not None:
         counters = usage_counters(end.usage, one_line, hosted=False)
         if counters:
