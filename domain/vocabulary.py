@@ -278,6 +278,17 @@ class Notice(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Further named values as the provider gave them (a probability, an expiry time)."""
 
 
+class CodeOutput(msgspec.Struct, frozen=True, kw_only=True):
+    """What hosted code wrote on one channel, as its provider's adapter read the result."""
+
+    channel: str
+    """`stdout`, `stderr`, `logs` (OpenAI's code interpreter), `output` (Gemini's, stdout
+    and stderr mixed), `file` (a file's content a text editor viewed), `diff` (an edit),
+    `error` (the provider's words for a run that failed)."""
+    text: str
+    """The text as the provider reported it; untrusted."""
+
+
 class PayloadReading(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """What a provider's adapter reads out of one of its payloads for the portable reading."""
 
@@ -285,6 +296,8 @@ class PayloadReading(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
     """Notices about the response the payload came in."""
     sources: tuple[Source, ...] = ()
     """Sources a hosted activity consulted beyond those cited (OpenAI's `action.sources`)."""
+    outputs: tuple[CodeOutput, ...] = ()
+    """What a hosted code run wrote, from its result (a hosted activity's payload)."""
 
 
 class Writer(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

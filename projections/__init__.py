@@ -1,5 +1,7 @@
 """convstore.projections: readings of the event log: the portable reading and its exports,
-the search index and its follower, the audit, and the chain verification.
+the presentation model a person reads (`presentation`, rendered by `show` and the
+Markdown export) with its shared wording, the search index and its follower, the audit,
+and the chain verification (`verify`; `chain`, the status a reader checks as it reads).
 
 May import: `convstore.domain`, `convstore.storage` (the index and `verify` read the
 recorders), and the one sanitizer (`convstore.adapters.terminal.render`,

@@ -20,7 +20,8 @@ into a `ConversationAudit`:
   provider response the store's index places in another conversation (`copies`);
 - **head**: the newest event's hash and version, to anchor elsewhere (`convstore anchor`).
   The audit reads decoded events and reports the hash they claim; `projections.verify`
-  checks the chain against the stored bytes.
+  checks the chain against the stored bytes, and `chain` holds that check's outcome when
+  the caller made it (`chain.chain_status`: the command line always does).
 
 Nothing here reads a payload's value, and no text the conversation holds (messages,
 reasoning, tool results) enters the report: only ids, names, states, counters, and the
@@ -64,6 +65,7 @@ from convstore.domain.vocabulary import (
     TurnTrigger,
     Usage,
 )
+from convstore.projections.chain import ChainStatus
 from convstore.projections.copies import DuplicateCopy, Placed, copy_lines, duplicates
 from convstore.projections.wording import usage_counters
 
@@ -281,6 +283,9 @@ class ConversationAudit(msgspec.Struct, kw_only=True):
     """Attempts cut short that a later attempt of their response completed."""
     duplicates: list[DuplicateCopy] = []
     """Copies of provider responses the store's index places in another conversation."""
+    chain: ChainStatus | None = None
+    """Whether the stored chain of its events holds (`chain.chain_status`, checked by the
+    command line as it reads them); None when not checked."""
 
 
 # --- the fold --------------------------------------------------------------------------------
@@ -715,6 +720,14 @@ def audit_lines(report: ConversationAudit) -> Iterator[str]:
     yield f"conversation {report.conversation_id} — {title}"
     head = report.head
     yield f"  chain head {head.hash or '(none)'} at version {head.version} ({report.events} events)"
+    chain = report.chain
+    if chain is not None and chain.intact:
+        yield "  chain verified: intact"
+    elif chain is not None:
+        yield f"  chain DOES NOT VERIFY: it breaks at version {chain.first_bad_version}"
+        for problem in chain.problems:
+            where = "whole conversation" if problem.version is None else f"v{problem.version}"
+            yield f"    {where}: {_one(problem.problem)}"
     if report.flags:
         yield f"  flags: {', '.join(report.flags)}"
     by_turn: dict[TurnId | None, list[ResponseAudit]] = {}

@@ -8,8 +8,9 @@ is proportional to the conversation's portable content; nothing else is kept.
 
 What never appears: a ProviderPayload's value (signatures, encrypted content, encrypted
 indexes, raw blocks), of which only an unknown artifact's provider, format and size are
-shown; and a Display's content (only that the obligation exists: its kind and content
-type). Text is stored text, unsanitized: `export` makes it inert for each output.
+shown; and a Display's content (only that the obligation exists: its kind, its content
+type, and the links its anchors hold, read best effort by `anchors.links`, never its
+markup). Text is stored text, unsanitized: `export` makes it inert for each output.
 
 Schema `convstore.portable/1`. The rule for evolution (msgspec's): within one version, a
 change may only add a field with a default, so every reader of the version keeps reading
@@ -61,6 +62,7 @@ from convstore.domain.vocabulary import (
     SourceKind,
     TurnTrigger,
 )
+from convstore.projections.anchors import links
 
 SCHEMA: Final = "convstore.portable/1"
 """The schema this module writes and reads."""
@@ -234,6 +236,10 @@ class ResponseItem(Item, kw_only=True, tag="response"):
     ratings, why it is incomplete, its container, …"""
     end_version: int | None = None
     """The version of the event that ended it."""
+    started: datetime | None = None
+    """When its ResponseStarted was recorded."""
+    ended: datetime | None = None
+    """When its ResponseEnded was recorded; None while open."""
 
 
 class TextItem(Item, kw_only=True, tag="text"):
@@ -299,13 +305,35 @@ class Transition(msgspec.Struct, kw_only=True):
     """The response that reported it; None for an explicit abandonment."""
 
 
+class DisplayLink(msgspec.Struct, kw_only=True):
+    """One link of a display obligation's content (an HTML anchor), as text and address."""
+
+    text: str
+    """The anchor's text (e.g. a suggested search)."""
+    url: str
+    """Its `href`, as the provider wrote it; untrusted."""
+
+
 class DisplayObligation(msgspec.Struct, kw_only=True):
-    """A provider's display obligation: that one exists, never its content."""
+    """A provider's display obligation: that one exists and its links, never its content."""
 
     kind: str
     """E.g. `search_suggestion` (Google's Search Suggestion)."""
     content_type: str
     """The type of the content a renderer would have to show, e.g. `text/html`."""
+    links: list[DisplayLink] = []
+    """The links of its HTML content's anchors, in order (best effort: the markup itself
+    is never kept here; the web viewer shows the content as the provider requires)."""
+
+
+class ActivityOutput(msgspec.Struct, kw_only=True):
+    """What a hosted code run wrote on one channel, as its provider's adapter read it."""
+
+    channel: str
+    """`stdout`, `stderr`, `logs`, `output` (stdout and stderr mixed), `file`, `diff` or
+    `error`."""
+    text: str
+    """The text written."""
 
 
 class ActivityItem(Item, kw_only=True, tag="activity"):
@@ -329,6 +357,8 @@ class ActivityItem(Item, kw_only=True, tag="activity"):
     """Sources it consulted, as the provider listed them (cited or not)."""
     transitions: list[Transition] = []
     """Every recorded step, in order."""
+    outputs: list[ActivityOutput] = []
+    """What a code run wrote, read from its result, in order."""
 
 
 class UnknownItem(Item, kw_only=True, tag="unknown"):
@@ -375,6 +405,10 @@ class Turn(msgspec.Struct, kw_only=True):
     """The version of the event that opened it (its first item's, outside a turn)."""
     items: list[AnyItem] = []
     """What happened in it, in event order."""
+    started: datetime | None = None
+    """When it was opened (its first item's time, outside a turn)."""
+    ended: datetime | None = None
+    """When it ended; None while open, and outside a turn."""
 
 
 class PortableConversation(msgspec.Struct, kw_only=True):
@@ -432,6 +466,8 @@ class PortableFold:
         self._responses: dict[str, ResponseItem] = {}
         self._calls: dict[str, ToolCallItem] = {}
         self._activities: dict[str, ActivityItem] = {}
+        self._now: datetime | None = None
+        """The time of the event being folded."""
 
     def add(self, event: Event) -> None:
         """Fold in the next event."""
@@ -439,6 +475,7 @@ class PortableFold:
         if conversation.version == 0:
             conversation.id = event.originator_id
         conversation.version = max(conversation.version, event.originator_version)
+        self._now = event.timestamp
         handler = _FOLDS.get(type(event))
         if handler is not None:
             handler(self, event)
@@ -446,7 +483,7 @@ class PortableFold:
     def _items(self, version: int) -> list[AnyItem]:
         """The open turn's items; events outside any turn open an implicit one."""
         if self._turn is None:
-            self._turn = Turn(id=None, version=version, items=[])
+            self._turn = Turn(id=None, version=version, items=[], started=self._now)
             self.conversation.turns.append(self._turn)
         return self._turn.items
 
@@ -457,7 +494,11 @@ class PortableFold:
 
     def _turn_started(self, event: TurnStarted) -> None:
         turn = Turn(
-            id=event.turn_id, trigger=event.trigger, version=event.originator_version, items=[]
+            id=event.turn_id,
+            trigger=event.trigger,
+            version=event.originator_version,
+            items=[],
+            started=event.timestamp,
         )
         self.conversation.turns.append(turn)
         self._turns[event.turn_id] = self._turn = turn
@@ -467,7 +508,7 @@ class PortableFold:
         if turn is None:  # an end without a start (the aggregate refuses one): keep the fact
             turn = Turn(id=event.turn_id, version=event.originator_version, items=[])
             self.conversation.turns.append(turn)
-        turn.state, turn.reason = event.state, event.reason
+        turn.state, turn.reason, turn.ended = event.state, event.reason, event.timestamp
         self._turn = None
 
     def _user(self, event: UserMessage) -> None:
@@ -497,6 +538,7 @@ class PortableFold:
                 )
                 for tool in settings.tools
             ],
+            started=event.timestamp,
         )
         self._responses[event.response_id] = item
         self._items(version).append(item)
@@ -511,6 +553,7 @@ class PortableFold:
         item.finish_reason = event.finish_reason
         item.stop_reason = event.stop_reason
         item.end_version = event.originator_version
+        item.ended = event.timestamp
         usage = event.usage
         if usage is not None:
             item.usage = UsageInfo(
@@ -594,7 +637,11 @@ class PortableFold:
             item.summary = event.summary
         if event.display is not None:
             display = event.display
-            item.display = DisplayObligation(kind=display.kind, content_type=display.content_type)
+            item.display = DisplayObligation(
+                kind=display.kind,
+                content_type=display.content_type,
+                links=[DisplayLink(text=text, url=url) for text, url in links(display)],
+            )
         item.transitions.append(
             Transition(version=version, state=event.state, response_id=event.response_id)
         )
@@ -603,6 +650,10 @@ class PortableFold:
             known = {source.url for source in item.sources}
             item.sources.extend(
                 _cited_source(source) for source in reading.sources if source.url not in known
+            )
+            item.outputs.extend(
+                ActivityOutput(channel=output.channel, text=output.text)
+                for output in reading.outputs
             )
 
     def _read(self, payload: ProviderPayload | None) -> PayloadReading | None:
@@ -614,12 +665,12 @@ class PortableFold:
         version, payload = event.originator_version, event.payload
         response = self._responses.get(event.response_id or "")
         reading = self._read(payload)
-        # A kind now typed reads as notices (or as nothing to say); sources alone belong
-        # to an activity, so such an artifact stays shown as unknown.
+        # A kind now typed reads as notices (or as nothing to say); sources and outputs
+        # alone belong to an activity, so such an artifact stays shown as unknown.
         if (
             reading is not None
             and response is not None
-            and (reading.notices or not reading.sources)
+            and (reading.notices or not (reading.sources or reading.outputs))
         ):
             response.notices.extend(
                 NoticeInfo(

@@ -266,6 +266,14 @@ def verify_conversation(
 ) -> ConversationCheck:
     """Verify one conversation's stored chain (and its anchor, if given)."""
     states = _recorder(store).select_states(conversation_id)
+    return check_states(conversation_id, states, anchor=anchor)
+
+
+def check_states(
+    conversation_id: UUID, states: list[tuple[int, bytes]], *, anchor: Anchor | None = None
+) -> ConversationCheck:
+    """Verify one conversation's chain in its stored (version, bytes), as read from the
+    recorder (`select_states`), and its anchor, if given."""
     found: list[tuple[int | None, str]] = []
     if states and states[0][0] != 1:
         first = states[0][0]

@@ -206,13 +206,13 @@ def test_an_error_result_and_a_text_result(
         capsys, "--db", sqlite_url, "answer", conversation, call.call_id, "--error", "timeout"
     )
     assert (code, err) == (0, "")
-    assert f"tool error ({call.call_id}): timeout" in out
+    assert f"tool error for {call.call_id}: timeout" in out
     answer = stored(sqlite_url, conversation)[-1]
     assert isinstance(answer, ToolCallResponded)
     assert (answer.content, answer.is_error) == ("timeout", True)
     other = str(with_a_call(sqlite_url, "call_text"))
     code, out, _ = run(capsys, "--db", sqlite_url, "answer", other, "call_text", "--text", "")
-    assert code == 0 and "tool result (call_text)" in out
+    assert code == 0 and "tool result for call_text" in out
     answer = stored(sqlite_url, other)[-1]
     assert isinstance(answer, ToolCallResponded)
     assert (answer.content, answer.is_error) == ("", False)
@@ -364,4 +364,4 @@ def test_answer_runs_in_a_fresh_process(sqlite_url: str, tmp_path: Path) -> None
         [*argv, str(cid), "call_fresh", "--text", "ok"], capture_output=True, text=True, check=False
     )
     assert (done.returncode, done.stderr) == (0, "")
-    assert "tool result (call_fresh): ok" in done.stdout
+    assert "tool result for call_fresh: ok" in done.stdout

@@ -234,15 +234,16 @@ def test_show_renders_the_transcript(
         "turn turn-1 (user)",
         f"  user: {sample.QUESTION}",
         "reasoning: The user wants cafés in Uji",
-        f'web search: "{sample.QUERY}" — started',
-        f'web search: "{sample.QUERY}" — completed: 3 results',
+        f'    ⚒ web search: "{sample.QUERY}" → 3 results\n',
         f"[1] {sample.TITLE} — {sample.URL}",
         'tool call get_weather (toolu_01DemoGetWeather): {"location":"Uji, Kyoto"}',
-        "tool result (toolu_01DemoGetWeather): Tomorrow: 14 °C, light rain (70 %)",
+        "      tool result: Tomorrow: 14 °C, light rain (70 %)",
         "response ended: completed · stop (provider: end_turn)",
-        "turn turn-1 ended: completed",
+        "turn turn-1 ended: completed · 1 search · tokens in 20286, out 404",
+        "chain: intact · head ",
     ]:
         assert expected in out
+    assert out.count("⚒") == 1  # one line per activity, its outcome on it
     for opaque in ("signature", "encrypted_content", "encrypted_index", sample.opaque("index")):
         assert opaque not in out
 
@@ -439,7 +440,7 @@ def test_demo_runs_the_main_job_through_the_command_line(
     assert "  [exit status 3]" in out
     assert "      assistant: Vague après vague —" in out
     # The web search conversation: the activity line and its sources.
-    assert '  web search: "Uji matcha cafés 宇治抹茶" — completed: 3 results' in out
+    assert '  ⚒ web search: "Uji matcha cafés 宇治抹茶" → 3 results' in out
     assert "[2] The best matcha cafés in Uji — a local's list — https://www.example.org/" in out
     # The replayed request: pretty JSON, cut short, its size given.
     assert '    "model": "claude-sonnet-4-5",' in out

@@ -109,6 +109,9 @@ def test_every_reading_command_matches_its_schema(
         events = _check("show", _run(capsys, *db, "show", conversation, "--json")[1])
         assert events[0]["type"] == "Started"
         assert any("payload" in event for event in events), provider
+        both = _check("show", _run(capsys, *db, "show", conversation, "--json", "--chain")[1])
+        assert both["events"] == events and both["chain"]["intact"], provider
+        assert both["chain"]["head"] == events[-1]["hash"]
         request = _check("replay", _run(capsys, *db, "replay", conversation, "--to", provider)[1])
         assert isinstance(request, dict)
         for target in CAPTURES:
@@ -117,6 +120,7 @@ def test_every_reading_command_matches_its_schema(
             assert isinstance(_check("replay", dry[1]), list)
         report = _check("audit", _run(capsys, *db, "audit", conversation, "--json")[1])
         assert report["conversation_id"] == conversation
+        assert report["chain"]["intact"] and report["chain"]["first_bad_version"] is None
         assert _check("repair", _run(capsys, *db, "repair", conversation, "--json")[1]) == []
     assert len(_check("audit", _run(capsys, *db, "audit", "--all", "--json")[1])) == 3
     assert _check("verify", _run(capsys, *db, "verify", "--all", "--json")[1])["intact"]
@@ -125,7 +129,9 @@ def test_every_reading_command_matches_its_schema(
     assert _check("anchor", anchored)["conversations"] == 3
     out = tmp_path / "out"
     exported = _run(capsys, *db, "export", "--all", "--format", "md", "-o", str(out), "--json")
-    assert len(_check("export", exported[1])["files"]) == 3
+    summary = _check("export", exported[1])
+    assert len(summary["files"]) == 3
+    assert summary["chain"] == {"intact": True, "first_bad_version": None, "broken": []}
     assert _check("search", _run(capsys, *db, "search", "matcha", "--json")[1])
     assert _check("reindex", _run(capsys, *db, "reindex", "--json")[1])["events"] > 0
     assert _check("project", _run(capsys, *db, "project", "--json")[1])["events"] == 0

@@ -41,7 +41,8 @@ CAPTURES = {
 }
 """A streamed response with hosted search and citations, per provider, with its request."""
 
-_VOLATILE = frozenset({"id", "version", "end_version", "created", "timestamp"})
+_VOLATILE = frozenset({"id", "version", "end_version", "created", "timestamp", "started", "ended"})
+_TIME = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC")
 
 
 def _cut(data: bytes, fraction: float) -> bytes:
@@ -65,7 +66,11 @@ def _reading(store: Store, conversation: ConversationId) -> Any:
     shown = transcript.transcript(store.service.history(conversation))
     return (
         _same(msgspec.to_builtins(portable.load(store.service, conversation))),
-        [line for line in shown if not line.startswith(("conversation ", "started "))],
+        [
+            _TIME.sub("<time>", line)
+            for line in shown
+            if not line.startswith(("conversation ", "started ", "chain: "))
+        ],
     )
 
 

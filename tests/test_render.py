@@ -339,34 +339,35 @@ def sample_events() -> list[Event]:
 
 def test_transcript_reads_like_a_conversation() -> None:
     events = sample_events()
-    lines = list(transcript(events))
+    lines = [
+        re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", "<time>", line) for line in transcript(events)
+    ]
     assert lines[0] == f"conversation {events[0].originator_id} — A title"
     body = lines[2:]
     assert body == [
         "",
-        "turn t1 (user)",
+        "turn t1 (user) · <time>",
         "  user: What is up?",
         "",
         "    second block",
         "  context (steering): be brief",
-        "  response msg_1 · anthropic claude-x · tools: web_search (hosted), f",
+        "  response msg_1 · anthropic claude-x · <time> · tools: web_search (hosted), f",
         "    system: You are terse.",
         "    reasoning: thinking",
         "      more",
         "    reasoning: [redacted]",
-        '    web search: "what is up" — started',
-        '    web search: "what is up" — completed: 3 results',
-        "      [search suggestion: text/html, 18 chars, not shown]",
+        '    ⚒ web search: "what is up" → 3 results',
+        "      [search suggestion: no links in it; the web viewer shows it]",
         "    assistant: Everything is up[1], mostly. See the[2] doc.[1]",
         "      [1] Page A — https://example.org/a",
         "          “up, up”",
         "      [2] document: Doc (pages 1-2)",
         "      (citations may be incomplete: the response broke off)",
         '    tool call f (c1): {"x":1}',
+        "      tool error: 42",
         f"    [unknown anthropic artifact: quantum_widget, {len(payload().raw)} bytes]",
-        "  response ended: completed · tool_use",
-        "  tool error (c1): 42",
-        "turn t1 ended: completed",
+        "    response ended: completed · tool_use",
+        "turn t1 ended: completed · 1 search · tool_use",
     ]
 
 

@@ -21,7 +21,11 @@ Other fields (`diagnostics`, …) have no notice kind: a payload giving no notic
 None and stays an unknown artifact.
 
 A `web_search_tool_result` block (a hosted activity's result payload) reads as the pages
-the search consulted: one web `Source` (url, title) per result, cited or not.
+the search consulted: one web `Source` (url, title) per result, cited or not. A code
+execution result block (`code_execution_tool_result`, `bash_code_execution_tool_result`,
+`text_editor_code_execution_tool_result`) reads as what the run wrote: its `stdout` and
+`stderr`, a viewed file's `content` (`file`), an edit's `lines` (`diff`), an error's
+`error_message` (`error`).
 """
 
 from __future__ import annotations
@@ -32,7 +36,13 @@ from typing import Any, Final
 import msgspec
 
 from convstore.adapters.anthropic.context import PROVIDER
-from convstore.domain.vocabulary import Notice, PayloadReading, ProviderPayload, Source
+from convstore.domain.vocabulary import (
+    CodeOutput,
+    Notice,
+    PayloadReading,
+    ProviderPayload,
+    Source,
+)
 
 __all__ = ["MESSAGE_FIELDS_FORMAT", "interpret"]
 
@@ -104,9 +114,41 @@ def _consulted(block: Mapping[str, Any]) -> PayloadReading | None:
     return PayloadReading(sources=sources) if sources else None
 
 
+CODE_RESULTS: Final = frozenset(
+    {
+        "code_execution_tool_result",
+        "bash_code_execution_tool_result",
+        "text_editor_code_execution_tool_result",
+    }
+)
+"""The result block types of hosted code runs."""
+
+_CHANNELS: Final = (("stdout", "stdout"), ("stderr", "stderr"), ("content", "file"))
+"""A code result's text fields → the output channel each is shown as."""
+
+
+def _code_outputs(block: Mapping[str, Any]) -> PayloadReading | None:
+    """What a code execution result block says the run wrote; None for any other block."""
+    content = block.get("content")
+    if block.get("type") not in CODE_RESULTS or not isinstance(content, Mapping):
+        return None
+    outputs = [
+        CodeOutput(channel=channel, text=text)
+        for key, channel in _CHANNELS
+        if (text := _text(content.get(key)))
+    ]
+    lines = content.get("lines")
+    if isinstance(lines, list) and all(isinstance(line, str) for line in lines) and lines:
+        outputs.append(CodeOutput(channel="diff", text="\n".join(lines)))
+    if message := _text(content.get("error_message")):
+        outputs.append(CodeOutput(channel="error", text=message))
+    return PayloadReading(outputs=tuple(outputs)) if outputs else None
+
+
 def interpret(payload: ProviderPayload) -> PayloadReading | None:
-    """The notices of an Anthropic `message_fields` payload, or the sources of a web search
-    result block; None for any other payload, or one that types nothing."""
+    """The notices of an Anthropic `message_fields` payload, the sources of a web search
+    result block, or the outputs of a code result block; None for any other payload, or
+    one that types nothing."""
     if payload.provider != PROVIDER or payload.format not in _READ:
         return None
     try:
@@ -114,7 +156,7 @@ def interpret(payload: ProviderPayload) -> PayloadReading | None:
     except (msgspec.DecodeError, RecursionError):
         return None
     if payload.format == CONTENT_BLOCK:
-        return _consulted(fields)
+        return _consulted(fields) or _code_outputs(fields)
     stop = fields.get("stop_sequence")
     notices = (
         *([Notice(kind="stop_sequence", code=stop)] if isinstance(stop, str) and stop else []),

@@ -6,8 +6,9 @@ import argparse
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from convstore.adapters.cli.integrity import EXIT_BROKEN
+from convstore.adapters.cli.integrity import EXIT_BROKEN, chain_warning
 from convstore.adapters.cli.registry import (
     PROG,
     Progress,
@@ -19,8 +20,12 @@ from convstore.adapters.cli.registry import (
     whole_number,
 )
 from convstore.adapters.terminal import render, transcript
-from convstore.domain import parse_conversation_id
+from convstore.domain import ConversationId, parse_conversation_id
 from convstore.domain.errors import ConfigurationError, IntegrityError
+
+if TYPE_CHECKING:
+    from convstore.projections.chain import ChainStatus
+    from convstore.projections.portable import PortableConversation
 
 
 def _list_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,18 +48,58 @@ def list_conversations(args: argparse.Namespace, session: Session) -> int:
 def _show_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("id", help="the conversation's id (see `convstore list`)")
     json_flag(parser)
+    parser.add_argument(
+        "--chain",
+        action="store_true",
+        help="with --json: an object {chain, events}, the chain's status beside the events",
+    )
 
 
 @command("show", "show a conversation's events in order", _show_arguments)
 def show(args: argparse.Namespace, session: Session) -> int:
-    """The conversation as a readable transcript, or its events as JSON (payload metadata only)."""
+    """The conversation as a readable transcript, or its events as JSON (payload metadata
+    only; with `--chain`, `{"chain": …, "events": […]}`). Its stored chain is verified as
+    it is read: when it does not hold, a warning on stderr, what is stored is shown all
+    the same, and the exit is 5."""
+    from convstore.adapters.wire.providers import read_payload
+    from convstore.projections import chain, portable, presentation
+
+    if args.chain and not args.json:
+        raise ConfigurationError("--chain shapes the --json output: use it with --json")
     conversation_id = parse_conversation_id(args.id)
-    everything = session.reader.service.history(conversation_id)  # a fork's parent's first
-    if args.json:
+    store = session.reader
+    try:
+        everything = store.service.history(conversation_id)  # a fork's parent's first
+    except IntegrityError as error:
+        return _unreadable(session, conversation_id, error)
+    status = chain.chain_status(store, conversation_id)
+    if args.json and args.chain:
+        session.out.write(f'{{"chain": {render.to_json(chain.to_data(status))}, "events": ')
+        session.out.json_array(transcript.to_data(event) for event in everything)
+        session.out.line("}")
+    elif args.json:
         session.out.json_array(transcript.to_data(event) for event in everything)
     else:
-        session.out.lines(transcript.transcript(everything))
-    return 0
+        reading = portable.fold(everything, read_payload)
+        session.out.lines(transcript.transcript_lines(presentation.present(reading, status)))
+    if status.intact:
+        return 0
+    session.err.line(chain_warning(status, conversation_id))
+    return EXIT_BROKEN
+
+
+def _unreadable(session: Session, conversation_id: ConversationId, error: Exception) -> int:
+    """Stored events that cannot be read at all: nothing to show; say why, exit 5."""
+    from convstore.projections.chain import chain_status
+
+    status = chain_status(session.reader, conversation_id)
+    if not status.intact:
+        session.err.line(chain_warning(status, conversation_id))
+    session.err.line(
+        f"{PROG}: conversation {conversation_id} cannot be read: "
+        f"{render.one_line(str(error))} (see `{PROG} verify`)"
+    )
+    return EXIT_BROKEN
 
 
 def _export_arguments(parser: argparse.ArgumentParser) -> None:
@@ -80,24 +125,77 @@ def _export_arguments(parser: argparse.ArgumentParser) -> None:
 @command("export", "export conversations as JSON, JSONL or Markdown", _export_arguments)
 def export_command(args: argparse.Namespace, session: Session) -> int:
     """Without `-o`, the export itself on stdout (inert); with it, files written only inside
-    the chosen folder (one per conversation for --all), and `--json` prints a summary.
-    `--all` passes over a conversation whose stored events cannot be read, naming it on
-    stderr, exports the others and exits 5 (as `audit --all` does)."""
+    the chosen folder (one per conversation for --all), and `--json` prints a summary
+    (with `chain`). Each conversation's stored chain is verified as it is read: one that
+    does not hold is still exported (the Markdown says so at the top), named on stderr,
+    and the exit is 5. `--all` passes over a conversation whose stored events cannot be
+    read, naming it on stderr, exports the others and exits 5 (as `audit --all` does)."""
     from convstore.adapters.wire.providers import read_payload
     from convstore.projections import export, portable
 
     if args.json and args.output is None:
         raise ConfigurationError("--json summarizes the files written: use it with -o PATH")
-    service = session.reader.service
-    unreadable = 0
+    run = _Export(args, session)
     if args.id is not None:
-        conversation = portable.load(service, parse_conversation_id(args.id), read_payload)
+        conversation_id = parse_conversation_id(args.id)
+        try:
+            conversation = portable.load(session.reader.service, conversation_id, read_payload)
+        except IntegrityError as error:
+            return _unreadable(session, conversation_id, error)
+        status = run.checked(conversation)
         if args.output is None:
-            for chunk in export.render(conversation, args.format):
+            for chunk in export.render(conversation, args.format, status):
                 session.out.write(chunk)
-            return 0
-        files = [export.write_one(args.output, conversation, args.format)]
+            return run.code
+        files = [export.write_one(args.output, conversation, args.format, status)]
     else:
+        written = run.all()
+        if written is None:
+            return run.code
+        files = written
+    if args.json:
+        data = {
+            "format": args.format,
+            "conversations": len(files),
+            "files": [str(f) for f in files],
+            "chain": run.summary(),
+        }
+        session.out.json(data)
+    else:
+        session.out.line(f"{len(files)} conversation(s) exported to {args.output}")
+    return run.code
+
+
+class _Export:
+    """One export's state: the conversations that could not be read, the broken chains."""
+
+    def __init__(self, args: argparse.Namespace, session: Session) -> None:
+        self.args = args
+        self.session = session
+        self.unreadable = 0
+        self.broken: dict[str, ChainStatus] = {}
+
+    @property
+    def code(self) -> int:
+        """The exit status so far."""
+        return EXIT_BROKEN if self.unreadable or self.broken else 0
+
+    def checked(self, conversation: PortableConversation) -> ChainStatus:
+        """The conversation's chain status, a broken one named on stderr."""
+        from convstore.projections.chain import chain_status
+
+        status = chain_status(self.session.reader, conversation.id)
+        if not status.intact:
+            self.broken[str(conversation.id)] = status
+            self.session.err.line(chain_warning(status, conversation.id))
+        return status
+
+    def all(self) -> list[Path] | None:
+        """Every conversation, to stdout (None) or into the folder (the files written)."""
+        from convstore.adapters.wire.providers import read_payload
+        from convstore.projections import export, portable
+
+        args, session = self.args, self.session
         ids = list(all_ids(session.reader))
         progress = Progress(session.err, "export")
         forced, shown = args.progress and not progress.enabled, 0.0
@@ -109,40 +207,48 @@ def export_command(args: argparse.Namespace, session: Session) -> int:
                 shown = time.monotonic()
                 session.err.line(f"export: conversations {done}/{len(ids)}")
 
-        def readable() -> Iterator[portable.PortableConversation]:
-            nonlocal unreadable
+        def readable() -> Iterator[PortableConversation]:
             for conversation in ids:
                 try:
-                    yield portable.load(service, conversation, read_payload)
+                    yield portable.load(session.reader.service, conversation, read_payload)
                 except IntegrityError as error:
-                    unreadable += 1
+                    self.unreadable += 1
                     progress.clear()
                     session.err.line(
                         f"{PROG}: conversation {conversation} cannot be read, not exported: "
                         f"{render.one_line(str(error))} (see `{PROG} verify`)"
                     )
 
-        loaded = readable()
+        def status_of(conversation: PortableConversation) -> ChainStatus:
+            progress.clear()
+            return self.checked(conversation)
+
         try:
-            if args.output is None:
-                for done, conversation in enumerate(loaded, 1):
-                    progress.clear()
-                    if done > 1 and args.format == "md":
-                        session.out.write(export.MD_SEPARATOR)
-                    for chunk in export.render(conversation, args.format):
-                        session.out.write(chunk)
-                    count(done)
-                return EXIT_BROKEN if unreadable else 0
-            files = export.write_all(loaded, args.output, args.format, progress=count)
+            if args.output is not None:
+                return export.write_all(
+                    readable(), args.output, args.format, progress=count, chain=status_of
+                )
+            for done, conversation in enumerate(readable(), 1):
+                status = status_of(conversation)
+                if done > 1 and args.format == "md":
+                    session.out.write(export.MD_SEPARATOR)
+                for chunk in export.render(conversation, args.format, status):
+                    session.out.write(chunk)
+                count(done)
+            return None
         finally:
             progress.clear()
-    if args.json:
-        data = {
-            "format": args.format,
-            "conversations": len(files),
-            "files": [str(f) for f in files],
+
+    def summary(self) -> dict[str, Any]:
+        """`chain` of the `--json` summary: whether every exported chain holds, the first
+        bad version (of the one conversation; null with --all), each broken conversation."""
+        one, broken = self.args.id is not None, self.broken
+        first = next(iter(broken.values())).first_bad_version if one and broken else None
+        return {
+            "intact": not broken,
+            "first_bad_version": first,
+            "broken": [
+                {"conversation_id": key, "first_bad_version": status.first_bad_version}
+                for key, status in broken.items()
+            ],
         }
-        session.out.json(data)
-    else:
-        session.out.line(f"{len(files)} conversation(s) exported to {args.output}")
-    return EXIT_BROKEN if unreadable else 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from convstore.adapters.cli.registry import (
     PROG,
@@ -19,10 +20,26 @@ from convstore.adapters.terminal import render
 from convstore.domain import parse_conversation_id
 from convstore.domain.errors import IntegrityError
 
+if TYPE_CHECKING:
+    from convstore.projections.chain import ChainStatus
+
 EXIT_BROKEN = 5
-"""`verify` found a changed, removed, reordered or unreadable event (or `audit`, `export`
-or `anchor` met stored events that cannot be read): a distinct code, so scripts can tell
-tampering from usage errors (2), interrupted responses (3) and conflicts (4)."""
+"""`verify` found a changed, removed, reordered or unreadable event, `show`, `export` or
+`audit` read a conversation whose stored chain does not hold (they still show what is
+stored), or `anchor` met stored events that cannot be read: a distinct code, so scripts
+can tell tampering from usage errors (2), interrupted responses (3) and conflicts (4)."""
+
+
+def chain_warning(status: ChainStatus, conversation_id: object) -> str:
+    """The stderr line for a conversation whose stored chain does not hold (unsanitized)."""
+    first = status.problems[0].problem if status.problems else "a break"
+    more = len(status.problems) - 1
+    others = f" (and {more} more)" if more > 0 else ""
+    return (
+        f"{PROG}: warning: conversation {conversation_id} does not verify: its chain breaks"
+        f" at version {status.first_bad_version}: {first}{others}; what is shown is what is"
+        f" stored (see `{PROG} verify {conversation_id}`)"
+    )
 
 
 def _audit_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,28 +55,43 @@ def _audit_arguments(parser: argparse.ArgumentParser) -> None:
 def audit_command(args: argparse.Namespace, session: Session) -> int:
     """Per conversation and turn: hosted activity lifecycles, orphaned tool calls, hosted
     counts beside the provider's counters, responses, the payload inventory (metadata only)
-    and the chain head. Exit 0; 5 when stored events cannot be read (run `verify`)."""
-    from convstore.projections import audit
+    and the chain head, verified as it is read (`chain`). Exit 0; 5 when a conversation's
+    stored chain does not hold (it is still audited, with a warning) or its stored events
+    cannot be read (run `verify`)."""
+    import msgspec
 
-    service = session.reader.service
+    from convstore.projections import audit
+    from convstore.projections.chain import chain_status
+
+    store = session.reader
+    service = store.service
     one = args.id is not None
-    ids = [parse_conversation_id(args.id)] if one else list(all_ids(session.reader))
+    ids = [parse_conversation_id(args.id)] if one else list(all_ids(store))
     progress = Progress(session.err, "audit") if args.all else None
-    unreadable = 0
+    broken = 0
 
     def reports() -> Iterator[audit.ConversationAudit]:
-        nonlocal unreadable
+        nonlocal broken
         for position, conversation in enumerate(ids, 1):
+            report: audit.ConversationAudit | None = None
             try:
-                yield audit.audit(service.events(conversation), session.reader.repository.placed)
+                read = audit.audit(service.events(conversation), store.repository.placed)
             except IntegrityError as error:
-                unreadable += 1
-                if progress is not None:
-                    progress.clear()
-                session.err.line(
+                problem = (
                     f"{PROG}: conversation {conversation} cannot be read: "
                     f"{render.one_line(str(error))} (see `{PROG} verify`)"
                 )
+            else:
+                status = chain_status(store, conversation, lineage=False)
+                report = msgspec.structs.replace(read, chain=status)
+                problem = "" if status.intact else chain_warning(status, conversation)
+            if problem:
+                broken += 1
+                if progress is not None:
+                    progress.clear()
+                session.err.line(problem)
+            if report is not None:
+                yield report
             if progress is not None:
                 progress("conversations", position, len(ids))
 
@@ -79,7 +111,7 @@ def audit_command(args: argparse.Namespace, session: Session) -> int:
     finally:
         if progress is not None:
             progress.clear()
-    return EXIT_BROKEN if unreadable else 0
+    return EXIT_BROKEN if broken else 0
 
 
 def _verify_arguments(parser: argparse.ArgumentParser) -> None:

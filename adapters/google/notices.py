@@ -26,6 +26,10 @@ A `web_search` activity's payload (format `grounding_metadata`, a block with
 `webSearchQueries`) reads as the pages the search consulted: each `groundingChunks[].web`
 as a source (cited or not), as google-genai lists them. A grounding block that is no web
 search (kept as an unknown artifact) reads as None.
+
+A `code_execution` activity's result payload (format `part`: one `codeExecutionResult`
+part; `parts`: the JSON array of a run's result parts) reads as what the run wrote: each
+result's `output` (stdout and stderr as Gemini mixes them). Any other part reads as None.
 """
 
 from __future__ import annotations
@@ -37,7 +41,13 @@ import msgspec
 
 from convstore.adapters.google.context import PROVIDER
 from convstore.adapters.google.grounding import search_queries
-from convstore.domain.vocabulary import Notice, PayloadReading, ProviderPayload, Source
+from convstore.domain.vocabulary import (
+    CodeOutput,
+    Notice,
+    PayloadReading,
+    ProviderPayload,
+    Source,
+)
 
 __all__ = ["CANDIDATE_FIELDS_FORMAT", "GROUNDING_FORMAT", "RESPONSE_FIELDS_FORMAT", "interpret"]
 
@@ -121,6 +131,27 @@ def _search_sources(block: Mapping[str, Any]) -> Iterator[Source]:
             yield Source(kind="web", url=url or None, title=title or None)
 
 
+CODE_FORMATS: Final = frozenset({"part", "parts"})
+"""The payload formats of a code run's result parts."""
+_ANY: Final = msgspec.json.Decoder()
+
+
+def _code_outputs(value: Any) -> PayloadReading | None:
+    """The `output` of each `codeExecutionResult` part; None unless every part is one."""
+    parts = value if isinstance(value, list) else [value]
+    results = [
+        part.get("codeExecutionResult") if isinstance(part, Mapping) else None for part in parts
+    ]
+    if not results or not all(isinstance(result, Mapping) for result in results):
+        return None
+    outputs = tuple(
+        CodeOutput(channel="output", text=output)
+        for result in results
+        if isinstance(result, Mapping) and (output := _text(result.get("output")))
+    )
+    return PayloadReading(outputs=outputs) if outputs else None
+
+
 _READERS: Final = {
     CANDIDATE_FIELDS_FORMAT: _candidate_notices,
     RESPONSE_FIELDS_FORMAT: _response_notices,
@@ -128,8 +159,13 @@ _READERS: Final = {
 
 
 def interpret(payload: ProviderPayload) -> PayloadReading | None:
-    """The notices (or a web search's sources) a Gemini payload holds; None for any other
-    payload, or one with none."""
+    """The notices (or a web search's sources, or a code run's outputs) a Gemini payload
+    holds; None for any other payload, or one with none."""
+    if payload.provider == PROVIDER and payload.format in CODE_FORMATS:
+        try:
+            return _code_outputs(_ANY.decode(payload.raw))
+        except (msgspec.DecodeError, RecursionError):
+            return None
     reader = _READERS.get(payload.format)
     known = reader is not None or payload.format == GROUNDING_FORMAT
     if payload.provider != PROVIDER or not known:

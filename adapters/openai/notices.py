@@ -9,6 +9,8 @@
   never rewritten); a copy without these fields is read as having no notices.
 - a `web_search_call` item → its `action.sources` (URLs the search consulted, cited or
   not) as web sources.
+- a `code_interpreter_call` item → its `logs` outputs, as what the run wrote (images are
+  files, not text: left out).
 - a `compaction` item (the `/v1/responses/compact` endpoint's, or one sent back as input)
   → a `context_management` notice; the item itself stays an opaque replayed value.
 - a `stream_event` of a type the stream decoder now applies to its item (`STREAM_TYPED`),
@@ -28,7 +30,13 @@ import msgspec
 
 from convstore.adapters.openai.context import PROVIDER
 from convstore.adapters.openai.item_fields import as_list, str_field
-from convstore.domain.vocabulary import Notice, PayloadReading, ProviderPayload, Source
+from convstore.domain.vocabulary import (
+    CodeOutput,
+    Notice,
+    PayloadReading,
+    ProviderPayload,
+    Source,
+)
 
 __all__ = ["STREAM_TYPED", "interpret"]
 
@@ -51,7 +59,8 @@ STREAM_TYPED: Final = frozenset(
 
 
 def interpret(payload: ProviderPayload) -> PayloadReading | None:
-    """The notices and sources of one OpenAI payload; None for a kind not typed here."""
+    """The notices, sources or code outputs of one OpenAI payload; None for a kind not
+    typed here."""
     if payload.provider != PROVIDER:
         return None
     try:
@@ -67,6 +76,9 @@ def interpret(payload: ProviderPayload) -> PayloadReading | None:
     kind = value.get("type")
     if kind == "web_search_call":
         return PayloadReading(sources=search_sources(value))
+    if kind == "code_interpreter_call":
+        logs = code_logs(value)
+        return PayloadReading(outputs=logs) if logs else None
     if kind == "compaction":
         return PayloadReading(notices=(Notice(kind="context_management", code="compaction"),))
     return None
@@ -146,3 +158,15 @@ def search_sources(item: Mapping[str, Any]) -> tuple[Source, ...]:
             seen.add(url)
             out.append(Source(kind="web", url=url, title=str_field(source, "title")))
     return tuple(out)
+
+
+def code_logs(item: Mapping[str, Any]) -> tuple[CodeOutput, ...]:
+    """A code interpreter call's `logs` outputs, in order."""
+    return tuple(
+        CodeOutput(channel="logs", text=logs)
+        for output in as_list(item.get("outputs"))
+        if isinstance(output, dict)
+        and output.get("type") == "logs"
+        and isinstance(logs := output.get("logs"), str)
+        and logs
+    )

@@ -24,13 +24,18 @@ from convstore.domain.events import (
     ToolCallRequested,
 )
 from convstore.domain.vocabulary import Source
-from convstore.projections.wording import activity_label, hosted_spend, source_line, usage_counters
+from convstore.projections.wording import (
+    activity_line,
+    activity_outcome,
+    hosted_spend,
+    source_line,
+    usage_counters,
+)
 
 __all__ = ["LiveView"]
 
 DIM: Final = "2"
 """The SGR parameter reasoning is shown in."""
-_TOOL_MARK: Final = "⚒"
 
 
 class Piece(Protocol):
@@ -74,7 +79,7 @@ class LiveView:
         self._reasoning: str | None = None
         """`None` outside reasoning; else `open` (showing) or `cut` (first line shown)."""
         self._sources: dict[Source, int] = {}
-        self._activities: dict[str, tuple[str, dict[str, Any]]] = {}
+        self._activities: dict[str, tuple[str, dict[str, Any], str]] = {}
 
     # --- output ----------------------------------------------------------------------------
 
@@ -190,17 +195,13 @@ class LiveView:
     def _activity(self, draft: HostedActivity) -> None:
         self._end_reasoning()
         known = self._activities.get(draft.activity_id)
-        name, arguments = known if known is not None else (draft.name, dict(draft.input))
-        if not arguments and draft.input:
-            arguments = dict(draft.input)
+        name, arguments = (known[0], known[1]) if known is not None else (draft.name, {})
+        arguments = arguments or dict(draft.input)
         if known is None or (not known[1] and arguments):
-            self._line(f"{_TOOL_MARK} {activity_label(name, arguments)}")
-        self._activities[draft.activity_id] = (name, arguments)
-        if draft.state == "completed":
-            self._line(f"  {shorten(draft.summary, 200) or 'done'}")
-        elif draft.state in ("failed", "abandoned"):
-            reason = f": {shorten(draft.summary, 200)}" if draft.summary else ""
-            self._line(f"  {draft.state}{reason}")
+            self._line(activity_line(name, arguments))
+        self._activities[draft.activity_id] = (name, arguments, draft.state)
+        if draft.state != "started":
+            self._line(f"  {activity_outcome(draft.state, draft.summary)}")
 
     def _end_answer(self) -> None:
         if not self._at_line_start:
@@ -218,10 +219,10 @@ class LiveView:
         self._reset()
 
 
-def closing_line(end: ResponseEnded, activities: Iterable[tuple[str, dict[str, Any]]]) -> str:
+def closing_line(end: ResponseEnded, activities: Iterable[tuple[str, dict[str, Any], str]]) -> str:
     """`— 2 searches · tokens in 12, out 40 · end_turn`: what one response spent and why
     it stopped (and how it ended, when not completed)."""
-    parts = [hosted_spend(name for name, _ in activities)]
+    parts = [", ".join(hosted_spend(activities))]
     if end.usage is not None:
         counters = usage_counters(end.usage, one_line, hosted=False)
         if counters:

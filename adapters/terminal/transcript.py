@@ -1,45 +1,46 @@
-"""What the command line shows: domain values as lines of text and as JSON data.
+"""What the command line shows: a conversation's transcript as lines of text, domain
+values as lines and as JSON data.
 
-Pure functions from domain values to unsanitized text and plain data; the `Renderer`
-sanitizes the lines and `to_json` escapes the data. A ProviderPayload's value is never
-read here (only its size), and a Display's content is never shown.
+The transcript is the presentation model (`projections.presentation`: the same one the
+Markdown export renders) drawn as lines: one per hosted activity with its outcome
+(`⚒ web search: "q" → 3 results`), code and outputs as indented blocks, answers with
+their markers and sources, typed notices, each turn's spend, tokens and stop reason.
+
+Pure functions to unsanitized text and plain data; the `Renderer` sanitizes the lines and
+`to_json` escapes the data. A ProviderPayload's value is never read here (only its size),
+and a Display's content is never shown (only the links of its anchors).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime
-from typing import Any, Final
+from typing import Any
 from uuid import UUID
 
 import msgspec
 
 from convstore.adapters.terminal.render import one_line, sanitize, shorten, to_json
-from convstore.domain import (
-    AssistantText,
-    Attribution,
-    ContextInjected,
-    ConversationSummary,
-    Event,
-    HostedActivity,
-    ProviderPayload,
-    Reasoning,
-    ResponseEnded,
-    ResponseStarted,
-    Source,
-    Started,
-    ToolCallRequested,
-    ToolCallResponded,
-    TurnEnded,
-    TurnStarted,
-    UnknownArtifact,
-    UserMessage,
-)
-from convstore.domain.attempts import reading
+from convstore.domain import ConversationSummary, Event, ProviderPayload
 from convstore.domain.responses import ResponseOutcome
+from convstore.projections.chain import ChainStatus
+from convstore.projections.portable import Interpret, fold
+from convstore.projections.presentation import (
+    Activity,
+    Answer,
+    Call,
+    Content,
+    Response,
+    Said,
+    Thought,
+    Transcript,
+    TurnView,
+    present,
+)
 from convstore.projections.wording import (
     activity_label,
-    cite,
+    end_line,
+    notice_lines,
     source_line,
     usage_counters,
     when,
@@ -89,181 +90,172 @@ def summary_line(summary: ConversationSummary) -> str:
     return f"{summary.id}  {when(summary.created_on)}  {summary.events:>6}  {title}"
 
 
-def transcript(events: Iterable[Event]) -> Iterator[str]:
-    """A conversation's events as readable lines, in order (unsanitized: render them);
-    each response from its newest attempt (`domain.attempts`)."""
-    reader = _Transcript()
-    texts: list[AssistantText] = []
-    for event in reading(events):
-        if isinstance(event, AssistantText):
-            texts.append(event)  # Anthropic sends one block per cited passage: join them
-            continue
-        if texts:
-            yield from reader.assistant(texts)
-            texts = []
-        yield from reader.event(event)
-    if texts:
-        yield from reader.assistant(texts)
+def transcript(events: Iterable[Event], interpret: Interpret | None = None) -> Iterator[str]:
+    """Events as readable lines (unsanitized: render them): their portable reading
+    (`interpret` types what payloads hold: the adapters' `read_payload`), presented
+    (`projections.presentation`); each response from its newest attempt."""
+    return transcript_lines(present(fold(events, interpret)))
 
 
-class _Transcript:
-    """The reading state of one transcript: nesting, source numbers, activity inputs."""
+def transcript_lines(view: Transcript) -> Iterator[str]:
+    """A presented conversation as readable lines (unsanitized: render them)."""
+    if view.created is not None:
+        yield f"conversation {view.id} — {one_line(view.title) or '(untitled)'}"
+        labels = f" · labels: {', '.join(one_line(label) for label in view.labels)}"
+        yield f"started {when(view.created)}{labels if view.labels else ''}"
+    if view.chain is not None:
+        yield from _chain(view.chain)
+    for turn in view.turns:
+        yield from _turn(turn)
 
-    def __init__(self) -> None:
-        self.in_turn = False
-        self.in_response = False
-        self.sources: dict[Source, int] = {}
-        self.inputs: dict[str, dict[str, Any]] = {}
 
-    @property
-    def pad(self) -> str:
-        return "  " * (self.in_turn + self.in_response)
+def _chain(chain: ChainStatus) -> Iterator[str]:
+    head = chain.head or "(none)"
+    if chain.intact:
+        yield f"chain: intact · head {head} at version {chain.version}"
+        return
+    yield (
+        f"chain: DOES NOT VERIFY · breaks at version {chain.first_bad_version} · shown as"
+        f" stored (head {head} at version {chain.version})"
+    )
+    for problem in chain.problems:
+        where = "whole conversation" if problem.version is None else f"version {problem.version}"
+        yield f"  {problem.conversation_id} {where}: {shorten(problem.problem, 300)}"
 
-    def block(self, label: str, text: str) -> Iterator[str]:
-        first, *rest = sanitize(text).split("\n")
-        yield f"{self.pad}{label}: {first}"
-        for line in rest:
-            yield f"{self.pad}  {line}" if line else ""
 
-    def event(self, event: Event) -> Iterator[str]:
-        handler = _HANDLERS.get(type(event))
-        if handler is None:
-            yield f"{self.pad}[{type(event).__name__} event]"
+def _turn(turn: TurnView) -> Iterator[str]:
+    pad = ""
+    if turn.id is not None:
+        pad = "  "
+        yield ""
+        started = f" · {when(turn.started)}" if turn.started is not None else ""
+        yield f"turn {one_line(turn.id)} ({turn.trigger}){started}"
+    for part in turn.parts:
+        if isinstance(part, Said):
+            label = "user" if part.role == "user" else f"context ({one_line(part.source)})"
+            yield from _block(pad, label, part.text or "[no text]")
+        elif isinstance(part, Response):
+            yield from _response(pad, part)
         else:
-            yield from handler(self, event)
-
-    def number(self, source: Source) -> int:
-        return self.sources.setdefault(source, len(self.sources) + 1)
-
-    def assistant(self, texts: list[AssistantText]) -> Iterator[str]:
-        cited: dict[int, Attribution] = {}
-        for event in texts:
-            for attribution in event.attributions:
-                cited.setdefault(self.number(attribution.source), attribution)
-        text = cite(((event.text, event.attributions) for event in texts), self.number)
-        yield from self.block("assistant", text.strip("\n") or "[no text]")
-        for n, attribution in sorted(cited.items()):
-            yield f"{self.pad}  {source_line(n, attribution.source)}"
-            if attribution.excerpt:
-                yield f"{self.pad}      “{shorten(attribution.excerpt, 100)}”"
-        if not all(event.attributions_complete for event in texts):
-            yield f"{self.pad}  (citations may be incomplete: the response broke off)"
+            yield from _content(pad, part)
+    if turn.state is not None:
+        reason = f": {one_line(turn.reason)}" if turn.reason else ""
+        summary = end_line(turn.spend, turn.usage, turn.stop_reason)
+        yield f"turn {one_line(turn.id or '')} ended: {turn.state}{reason} · {summary}"
 
 
-def _started(reader: _Transcript, event: Started) -> Iterator[str]:
-    yield f"conversation {event.originator_id} — {one_line(event.title) or '(untitled)'}"
-    labels = f" · labels: {', '.join(one_line(label) for label in event.labels)}"
-    yield f"started {when(event.timestamp)}{labels if event.labels else ''}"
+def _block(pad: str, label: str, text: str) -> Iterator[str]:
+    first, *rest = sanitize(text).split("\n")
+    yield f"{pad}{label}: {first}"
+    for line in rest:
+        yield f"{pad}  {line}" if line else ""
 
 
-def _turn_started(reader: _Transcript, event: TurnStarted) -> Iterator[str]:
-    yield ""
-    yield f"turn {one_line(event.turn_id)} ({event.trigger})"
-    reader.in_turn = True
+def _lines(pad: str, text: str) -> Iterator[str]:
+    for line in sanitize(text).rstrip("\n").split("\n"):
+        yield f"{pad}{line}" if line else ""
 
 
-def _turn_ended(reader: _Transcript, event: TurnEnded) -> Iterator[str]:
-    reader.in_turn = False
-    reason = f": {one_line(event.reason)}" if event.reason else ""
-    yield f"turn {one_line(event.turn_id)} ended: {event.state}{reason}"
-
-
-def _user_message(reader: _Transcript, event: UserMessage) -> Iterator[str]:
-    yield from reader.block("user", "\n\n".join(event.blocks) or "[no text]")
-
-
-def _context(reader: _Transcript, event: ContextInjected) -> Iterator[str]:
-    yield from reader.block(f"context ({one_line(event.source)})", event.text)
-
-
-def _response_started(reader: _Transcript, event: ResponseStarted) -> Iterator[str]:
-    line = f"{reader.pad}response {one_line(event.response_id)} · {one_line(event.provider)}"
-    if event.model:
-        line += f" {one_line(event.model)}"
+def _response(pad: str, response: Response) -> Iterator[str]:
+    line = f"{pad}response {one_line(response.id)} · {one_line(response.provider)}"
+    if response.model:
+        line += f" {one_line(response.model)}"
+    if response.started is not None:
+        line += f" · {when(response.started)}"
     tools = [
         f"{one_line(tool.name)} (hosted)" if tool.hosted else one_line(tool.name)
-        for tool in event.settings.tools
+        for tool in response.tools
     ]
     if tools:
         line += f" · tools: {', '.join(tools)}"
-    if event.origin == "request":
+    if response.origin == "request":
         line += " · from request history"
     yield line
-    reader.in_response = True
-    if event.settings.system:
-        yield f"{reader.pad}system: {shorten(event.settings.system, 100)}"
+    inner = pad + "  "
+    if response.system:
+        yield f"{inner}system: {shorten(response.system, 100)}"
+    for content in response.content:
+        yield from _content(inner, content)
+    yield from (f"{inner}{notice}" for notice in notice_lines(response.notices))
+    yield _ended(inner, response)
 
 
-def _response_ended(reader: _Transcript, event: ResponseEnded) -> Iterator[str]:
-    reader.in_response = False
-    line = f"{reader.pad}response ended: {event.state} · {event.finish_reason}"
-    if event.stop_reason and event.stop_reason != event.finish_reason:
-        line += f" (provider: {one_line(event.stop_reason)})"
-    counters = usage_counters(event.usage, one_line) if event.usage is not None else []
+def _ended(pad: str, response: Response) -> str:
+    if response.state is None:
+        return f"{pad}response still open"
+    line = f"{pad}response ended: {response.state} · {response.finish_reason or 'other'}"
+    if response.stop_reason and response.stop_reason != response.finish_reason:
+        line += f" (provider: {one_line(response.stop_reason)})"
+    counters = usage_counters(response.usage) if response.usage is not None else []
     if counters:
         line += f" · tokens {', '.join(counters)}"
-    if event.error is not None:
-        status = f" (HTTP {event.error.status})" if event.error.status is not None else ""
-        line += (
-            f" · error {one_line(event.error.type)}{status}: {shorten(event.error.message, 200)}"
-        )
-    yield line
+    error = response.error
+    if error is not None:
+        status = f" (HTTP {error.status})" if error.status is not None else ""
+        line += f" · error {one_line(error.type)}{status}: {shorten(error.message, 200)}"
+    return line
 
 
-def _reasoning(reader: _Transcript, event: Reasoning) -> Iterator[str]:
-    if event.redacted:
-        yield f"{reader.pad}reasoning: [redacted]"
+def _content(pad: str, content: Content) -> Iterator[str]:
+    if isinstance(content, Answer):
+        yield from _answer(pad, content)
+    elif isinstance(content, Thought):
+        if content.redacted:
+            yield f"{pad}reasoning: [redacted]"
+        else:
+            yield from _block(pad, "reasoning", content.text or "[no text]")
+    elif isinstance(content, Activity):
+        yield from _activity(pad, content)
+    elif isinstance(content, Call):
+        yield from _call(pad, content)
     else:
-        yield from reader.block("reasoning", event.text or "[no text]")
+        yield (
+            f"{pad}[unknown {one_line(content.provider)} artifact: "
+            f"{one_line(content.format)}, {content.size} bytes]"
+        )
 
 
-def _tool_call(reader: _Transcript, event: ToolCallRequested) -> Iterator[str]:
-    arguments = shorten(to_json(event.arguments), 300)
-    yield f"{reader.pad}tool call {one_line(event.name)} ({one_line(event.call_id)}): {arguments}"
+def _call(pad: str, call: Call) -> Iterator[str]:
+    result, shown = call.result, one_line(call.call_id)
+    label = "tool error" if result is not None and result.is_error else "tool result"
+    if result is not None and result.synthetic:
+        label += " (synthetic)"
+    if result is not None and not call.name:  # its call is not among the events shown
+        yield from _block(pad, f"{label} for {shown}", result.content or "[empty]")
+        return
+    arguments = shorten(to_json(call.arguments), 300)
+    yield f"{pad}tool call {one_line(call.name)} ({shown}): {arguments}"
+    if result is None:
+        yield f"{pad}  no result"
+    else:
+        yield from _block(pad + "  ", label, result.content or "[empty]")
 
 
-def _tool_result(reader: _Transcript, event: ToolCallResponded) -> Iterator[str]:
-    label = "tool error" if event.is_error else "tool result"
-    synthetic = ", synthetic" if event.synthetic else ""
-    yield from reader.block(f"{label} ({one_line(event.call_id)}{synthetic})", event.content)
+def _answer(pad: str, answer: Answer) -> Iterator[str]:
+    text = "".join(s.text + "".join(f"[{n}]" for n in s.marks) for s in answer.segments)
+    yield from _block(pad, "assistant", text.strip("\n") or "[no text]")
+    for ref in answer.sources:
+        yield f"{pad}  {source_line(ref.number, ref.source)}"
+        if ref.excerpt:
+            yield f"{pad}      “{shorten(ref.excerpt, 100)}”"
+    if not answer.complete:
+        yield f"{pad}  (citations may be incomplete: the response broke off)"
 
 
-def _activity(reader: _Transcript, event: HostedActivity) -> Iterator[str]:
-    arguments = reader.inputs.setdefault(event.activity_id, event.input) or event.input
-    line = f"{reader.pad}{activity_label(event.name, arguments)} — {event.state}"
-    if event.summary:
-        line += f": {shorten(event.summary, 200)}"
-    yield line
-    display = event.display
-    if display is not None:
-        kind = one_line(display.kind).replace("_", " ")
-        size = f"{one_line(display.content_type)}, {len(display.content)} chars"
-        yield f"{reader.pad}  [{kind}: {size}, not shown]"
-
-
-def _unknown(reader: _Transcript, event: UnknownArtifact) -> Iterator[str]:
-    payload = event.payload
-    size = len(payload.raw)
-    yield (
-        f"{reader.pad}[unknown {one_line(payload.provider)} artifact: "
-        f"{one_line(payload.format)}, {size} bytes]"
-    )
-
-
-_HANDLERS: Final[dict[type[Event], Callable[[_Transcript, Any], Iterator[str]]]] = {
-    Started: _started,
-    TurnStarted: _turn_started,
-    TurnEnded: _turn_ended,
-    UserMessage: _user_message,
-    ContextInjected: _context,
-    ResponseStarted: _response_started,
-    ResponseEnded: _response_ended,
-    Reasoning: _reasoning,
-    ToolCallRequested: _tool_call,
-    ToolCallResponded: _tool_result,
-    HostedActivity: _activity,
-    UnknownArtifact: _unknown,
-}
+def _activity(pad: str, activity: Activity) -> Iterator[str]:
+    yield f"{pad}{activity.line}"
+    if activity.code is not None:
+        language = f" ({one_line(activity.language)})" if activity.language else ""
+        yield f"{pad}  code{language}:"
+        yield from _lines(pad + "    ", activity.code)
+    for output in activity.outputs:
+        yield f"{pad}  {one_line(output.channel)}:"
+        yield from _lines(pad + "    ", output.text)
+    kind = one_line(activity.display).replace("_", " ")
+    for link in activity.links:
+        yield f"{pad}  {kind}: {one_line(link.text)} — {one_line(link.url)}"
+    if activity.display and not activity.links:
+        yield f"{pad}  [{kind}: no links in it; the web viewer shows it]"
 
 
 def outcome_line(outcome: ResponseOutcome, conversation: object = None) -> str:

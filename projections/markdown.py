@@ -1,0 +1,389 @@
+"""The Markdown transcript: the presentation model (`presentation.Transcript`) rendered as
+clean CommonMark an auditor can hand on.
+
+At the top, the conversation's chain head and whether it verifies. Each turn carries its
+times, its responses (model, response id, stop reason, usage) and its hosted spend; in
+it, the user's text, the answers with citation markers `[n]` and a per-answer source
+list (`[title](url)` links for http and https only; any other address is shown as text),
+one line per hosted activity with its outcome (`⚒ web search: "q" → 3 results`), code
+and outputs in fenced blocks, Google's Search Suggestions as a list of links, reasoning
+and tool results quoted, and the typed notices of each response.
+
+Stored text is untrusted, and it must read as it was stored, nothing more: it is
+sanitized first (`render.sanitize`: no control character or escape sequence reaches the
+file), then escaped only where CommonMark would read markup into it (`md_text`):
+
+- anywhere: `` ` ``, `*` and `[` (code spans, emphasis, links and images of any kind,
+  link reference definitions); `_` unless inside a word (`snake_case` stays); `<` before a
+  letter, `/`, `!` or `?` (raw HTML, autolinks); `&` that would read as an entity; `\\`
+  before punctuation or at a line's end;
+- at a line's start (after up to three spaces): an ATX heading's `#`, a block quote's
+  `>`, a bullet (`-`, `+` then a space), an ordered list's `1.` / `1)`, a `~~~` fence, a
+  setext underline or thematic break of `-` or `=`.
+
+So prose keeps no stray backslash (`https://example.org`, `3 < 5`, `AT&T`, `14th.`
+unchanged), no stored text becomes a link, HTML, a heading or a list, and our markers
+`[n]` are the only brackets left open (a stored `(` or `:` right after one is escaped: no
+marker becomes a link). Code and outputs go in fences longer than any backtick run they
+hold. URLs in link destinations are percent-encoded where CommonMark would end or
+reinterpret them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Final
+from urllib.parse import quote
+
+from convstore.adapters.terminal.render import one_line, sanitize, shorten, to_json
+from convstore.projections.portable import SCHEMA, CitedSource, ToolResult
+from convstore.projections.presentation import (
+    Activity,
+    Answer,
+    Call,
+    Content,
+    Part,
+    Response,
+    Said,
+    Thought,
+    Transcript,
+    TurnView,
+    Unknown,
+)
+from convstore.projections.wording import (
+    end_line,
+    location_words,
+    notice_lines,
+    usage_counters,
+    when,
+)
+
+# --- escaping -------------------------------------------------------------------------------
+
+_INLINE: Final = re.compile(
+    r"""
+      \\(?=[!-/:-@\[-`{-~]|$)          # a backslash that would escape or break a line
+    | [`*\[]                            # code spans, emphasis, links, images, definitions
+    | (?<![^\W_])_ | _(?![^\W_])        # an underscore not inside a word
+    | <(?=[A-Za-z/!?])                  # raw HTML, autolinks
+    | &(?=\#[0-9]{1,7};|\#[xX][0-9a-fA-F]{1,6};|[A-Za-z][A-Za-z0-9]{1,31};)  # entities
+    """,
+    re.VERBOSE | re.MULTILINE,
+)
+_BLOCK: Final = re.compile(
+    r"""
+    ^[ ]{0,3}(?:
+        (?P<heading>\#)\#{0,5}(?=[ \t]|$)
+      | (?P<quote>>)
+      | (?P<bullet>[-+])(?=[ \t]|$)
+      | \d{1,9}(?P<ordered>[.)])(?=[ \t]|$)
+      | (?P<fence>~)(?=~~)
+      | (?P<rule>[-=])(?=(?:[ \t]*(?P=rule))*[ \t]*$)
+    )
+    """,
+    re.VERBOSE,
+)
+_AFTER_MARK: Final = re.compile(r"^[(:]")
+_HEADING_END: Final = re.compile(r"(?<=[ \t])#+[ \t]*$")
+
+
+def _inline(text: str) -> str:
+    return _INLINE.sub(r"\\\g<0>", text)
+
+
+def _line(line: str) -> str:
+    match = _BLOCK.match(line)
+    if match is None or match.lastgroup is None:
+        return _inline(line)
+    at = match.start(match.lastgroup)
+    return line[:at] + "\\" + _inline(line[at:])
+
+
+def md_text(text: str, *, continued: bool = False) -> str:
+    """Stored text as Markdown that reads as the text: sanitized, then escaped where
+    CommonMark would read markup into it (see the module). Each line is a line's start,
+    except the first when `continued` (it goes on a line of ours)."""
+    first, *rest = sanitize(text).split("\n")
+    return "\n".join([_inline(first) if continued else _line(first), *map(_line, rest)])
+
+
+def md_inline(text: str, width: int | None = None) -> str:
+    """Stored text on one line (cut to `width` characters if given), escaped for a place
+    inside a line of ours (never at a line's start)."""
+    return _inline(one_line(text) if width is None else shorten(text, width)).strip()
+
+
+def md_link_text(text: str) -> str:
+    """Stored text as a link's text: one line, `]` escaped too."""
+    return md_inline(text).replace("]", "\\]")
+
+
+_SCHEME: Final = re.compile(r"https?://[^/?#\s]", re.IGNORECASE)
+_UNSAFE_IN_URL: Final = re.compile(r"[\x00-\x20\x7f<>()\\`\"\[\]]|&(?=[A-Za-z#][A-Za-z0-9]*;)")
+
+
+def md_url(url: str) -> str | None:
+    """A link destination for an http or https URL (its scheme in lowercase, percent-encoded
+    where CommonMark would end or reread it); None for any other scheme, which is shown as
+    text instead."""
+    url = sanitize(url).strip()
+    if not _SCHEME.match(url):
+        return None
+    scheme, rest = url.split(":", 1)
+    return scheme.lower() + ":" + _UNSAFE_IN_URL.sub(lambda m: quote(m.group(), safe=""), rest)
+
+
+def md_link(text: str, url: str) -> str:
+    """`[text](url)` for an http or https URL, else the text and the address as text."""
+    destination = md_url(url)
+    label = md_link_text(text) or md_link_text(url)
+    if destination is None:
+        return f"{label} — {md_inline(url)}" if text else md_inline(url)
+    return f"[{label}]({destination})"
+
+
+def fenced(content: str, info: str = "") -> list[str]:
+    """Lines of a fenced code block holding `content` as it is (sanitized), behind a fence
+    of backticks longer than any run inside it."""
+    body = sanitize(content).rstrip("\n")
+    longest = max((len(run) for run in re.findall(r"`+", body)), default=0)
+    fence = "`" * max(3, longest + 1)
+    lines = body.split("\n") if body else []
+    return [fence + re.sub(r"[^A-Za-z0-9_+.-]", "", info)[:40], *lines, fence]
+
+
+# --- the document ---------------------------------------------------------------------------
+
+
+def markdown(transcript: Transcript) -> Iterator[str]:
+    """The transcript as Markdown, line by line (inert; see the module)."""
+    title = _HEADING_END.sub(r"\\\g<0>", md_inline(transcript.title))  # no closing `#`s
+    yield f"# {title or '(untitled)'}"
+    yield ""
+    yield f"- conversation: {transcript.id}"
+    if transcript.created is not None:
+        yield f"- started: {when(transcript.created)}"
+    if transcript.labels:
+        yield f"- labels: {', '.join(md_inline(label) for label in transcript.labels)}"
+    yield from _chain(transcript)
+    yield f"- schema: {SCHEMA}, as of event {transcript.version}"
+    for turn in transcript.turns:
+        yield from _turn(turn)
+
+
+def _chain(transcript: Transcript) -> Iterator[str]:
+    chain = transcript.chain
+    if chain is None:
+        return
+    head = f"`{chain.head}`" if chain.head else "(none)"
+    if chain.intact:
+        yield f"- chain: head {head} at version {chain.version}, verified intact"
+        return
+    yield (
+        f"- chain: head {head} at version {chain.version}, **does not verify**: it breaks at"
+        f" version {chain.first_bad_version}; what follows is what is stored"
+    )
+    for problem in chain.problems:
+        where = "whole conversation" if problem.version is None else f"version {problem.version}"
+        yield f"  - {problem.conversation_id} {where}: {md_inline(problem.problem)}"
+
+
+def _turn(turn: TurnView) -> Iterator[str]:
+    yield ""
+    if turn.id is None:
+        yield "## Outside a turn"
+    else:
+        trigger = f" · {md_inline(turn.trigger)}" if turn.trigger else ""
+        yield f"## Turn {md_inline(turn.id)}{trigger}"
+    yield ""
+    if turn.started is not None:
+        ended = f", ended {when(turn.ended)}" if turn.ended is not None else ""
+        yield f"- time: {when(turn.started)}{ended}"
+    for response in turn.responses:
+        yield f"- response {md_inline(response.id)}: {_response_facts(response)}"
+    yield f"- hosted spend: {md_inline(', '.join(turn.spend)) or 'none'}"
+    for part in turn.parts:
+        yield from _part(part)
+    if turn.state is not None:
+        reason = f": {md_inline(turn.reason)}" if turn.reason else ""
+        summary = end_line(turn.spend, turn.usage, turn.stop_reason)
+        yield ""
+        yield f"*Turn ended: {turn.state}{reason} · {md_inline(summary)}*"
+
+
+def _response_facts(response: Response) -> str:
+    facts = [md_inline(f"{response.provider} {response.model}".strip()) or "(no provider)"]
+    if response.origin == "request":
+        facts.append("from request history")
+    if response.state is None:
+        facts.append("still open")
+    else:
+        stop = md_inline(response.finish_reason or "other")
+        if response.stop_reason and response.stop_reason != response.finish_reason:
+            stop += f" ({md_inline(response.stop_reason)})"
+        facts.append(f"{response.state}, {stop}")
+    counters = usage_counters(response.usage, md_inline) if response.usage is not None else []
+    if counters:
+        facts.append(f"tokens {', '.join(counters)}")
+    return " · ".join(facts)
+
+
+def _part(part: Part) -> Iterator[str]:
+    if isinstance(part, Said):
+        yield ""
+        if part.role == "user":
+            yield "**User**"
+            yield ""
+            yield md_text(part.text) if part.text.strip() else "*(no text)*"
+        else:
+            yield from _quote(f"Context ({md_inline(part.source)})", part.text)
+    elif isinstance(part, Response):
+        yield from _response(part)
+    else:
+        yield from _content(part)
+
+
+def _response(response: Response) -> Iterator[str]:
+    yield ""
+    line = f"**Assistant** · {md_inline(response.provider)}"
+    if response.model:
+        line += f" {md_inline(response.model)}"
+    line += f" · response {md_inline(response.id)}"
+    if response.started is not None:
+        line += f" · {when(response.started)}"
+    tools = [
+        f"{md_inline(tool.name)} (hosted)" if tool.hosted else md_inline(tool.name)
+        for tool in response.tools
+    ]
+    if tools:
+        line += f" · tools: {', '.join(tools)}"
+    yield line
+    if response.system:
+        yield ""
+        yield from _quote("System prompt", response.system)
+    for content in response.content:
+        yield from _content(content)
+    yield ""
+    if response.state is None:
+        yield "*Response still open.*"
+    else:
+        line = f"Response {response.state} · {md_inline(response.finish_reason or 'other')}"
+        if response.stop_reason and response.stop_reason != response.finish_reason:
+            line += f" (provider: {md_inline(response.stop_reason)})"
+        error = response.error
+        if error is not None:
+            status = f" (HTTP {error.status})" if error.status is not None else ""
+            line += f" · error {md_inline(error.type)}{status}: {md_inline(error.message, 300)}"
+        yield f"*{line}*"
+    notices = notice_lines(response.notices)
+    if notices:
+        yield ""
+        yield from (f"- {md_inline(notice)}" for notice in notices)
+
+
+def _content(content: Content) -> Iterator[str]:
+    if isinstance(content, Answer):
+        yield from _answer(content)
+    elif isinstance(content, Thought):
+        yield ""
+        if content.redacted:
+            yield "*Reasoning: redacted*"
+        else:
+            yield from _quote("Reasoning", content.text or "(no text)")
+    elif isinstance(content, Activity):
+        yield from _activity(content)
+    elif isinstance(content, Call):
+        yield from _call(content)
+    elif isinstance(content, Unknown):
+        yield ""
+        provider, form = md_inline(content.provider), md_inline(content.format)
+        yield f"- unknown {provider} artifact: {form}, {content.size} bytes (kept, not shown)"
+
+
+def _quote(label: str, text: str, indent: str = "") -> Iterator[str]:
+    yield f"{indent}> **{label}**"
+    yield f"{indent}>"
+    for line in md_text(text).split("\n"):
+        yield f"{indent}> {line}" if line else f"{indent}>"
+
+
+def _answer(answer: Answer) -> Iterator[str]:
+    parts: list[str] = []
+    marked = False
+    for segment in answer.segments:
+        text = md_text(segment.text, continued=bool(parts))
+        if marked and _AFTER_MARK.match(text):
+            text = "\\" + text  # our `[n]` then `(` or `:` would make it a link
+        parts.append(text + "".join(f"[{n}]" for n in segment.marks))
+        marked = bool(segment.marks)
+    body = "".join(parts).strip("\n")
+    yield ""
+    yield body if body.strip() else "*(no text)*"
+    if answer.sources:
+        yield ""
+        yield "Sources:"
+        yield ""
+        for ref in answer.sources:
+            yield f"- [{ref.number}] {_source(ref.source)}"
+            if ref.excerpt and ref.excerpt.strip():
+                yield f"  “{md_inline(ref.excerpt.strip(), 200)}”"
+    if not answer.complete:
+        yield ""
+        yield "*Citations incomplete: the stream was cut.*"
+
+
+def _source(source: CitedSource) -> str:
+    kind = "" if source.kind == "web" else f"{source.kind.replace('_', ' ')}: "
+    title = source.title or ""
+    if source.url:
+        shown = md_link(title or source.url, source.url)
+    else:
+        shown = md_inline(title) or "(untitled)"
+        if source.id:
+            shown += f" — {md_inline(source.id)}"
+    where = location_words(source.location)
+    return f"{kind}{shown} {where}".rstrip()
+
+
+def _activity(activity: Activity) -> Iterator[str]:
+    yield ""
+    yield f"- {md_inline(activity.line)}"
+    if activity.code is not None:
+        yield ""
+        yield from fenced(activity.code, activity.language)
+    for output in activity.outputs:
+        yield ""
+        yield f"Output ({md_inline(output.channel)}):"
+        yield ""
+        yield from fenced(output.text)
+    kind = one_line(activity.display).replace("_", " ")
+    if activity.links:
+        yield ""
+        yield md_text(f"{kind.capitalize()}s:")
+        yield ""
+        for link in activity.links:
+            shown = md_link(link.text, link.url)
+            yield f"- {shown}" if shown.startswith("[") else f"- not a web address: {shown}"
+    elif activity.display:
+        yield ""
+        yield f"*Display obligation ({md_inline(kind)}): no links to list; the web viewer shows it*"
+
+
+def _call(call: Call) -> Iterator[str]:
+    yield ""
+    arguments = md_inline(to_json(call.arguments), 500)
+    yield f"- tool call {md_inline(call.name)} ({md_inline(call.call_id)}): {arguments}"
+    yield from _result(call.result)
+
+
+def _result(result: ToolResult | None) -> Iterator[str]:
+    yield ""
+    if result is None:
+        yield "  *no result*"
+        return
+    flags = [
+        word for word, on in (("error", result.is_error), ("synthetic", result.synthetic)) if on
+    ]
+    label = f"result ({', '.join(flags)})" if flags else "result"
+    yield from _quote(label, result.content or "(empty)", indent="  ")

@@ -1,0 +1,391 @@
+"""The Markdown export through a real CommonMark renderer (markdown-it-py, `commonmark`).
+
+What is checked on the parsed document, not on the source text: stored text reads back as
+it was stored (escaped only where markup would form, so prose keeps no stray backslash);
+the only links are the sources' and the Search Suggestions' http and https addresses;
+hostile text (HTML, `javascript:` links, autolinks, escape sequences, headings, lists,
+quotes, emphasis at a line's start) makes no element of its own; code and outputs are
+fenced blocks holding exactly what was run and written.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+
+from convstore.adapters.terminal.render import sanitize
+from convstore.projections import export, portable
+from convstore.projections.markdown import fenced, md_inline, md_link, md_text, md_url
+from convstore.projections.portable import ActivityItem, TextItem
+from convstore.storage import Store, open_store
+from tests.test_portable import ingest_examples, items
+
+MD = MarkdownIt("commonmark")
+CODE_RUNS = ("code_execution", "code_interpreter")
+
+OUR_LIST_ITEMS = (
+    "conversation: ",
+    "started: ",
+    "labels: ",
+    "chain: ",
+    "schema: ",
+    "time: ",
+    "response ",
+    "hosted spend: ",
+    "⚒ ",
+    "[",
+    "tool call ",
+    "unknown ",
+    "not a web address: ",
+    # A response's notices, by kind (`wording.notice_lines`).
+    "refusal",
+    "safety ratings of the ",
+    "blocked",
+    "incomplete",
+    "error",
+    "finish message",
+    "stop sequence",
+    "screening",
+    "container",
+    "context management",
+)
+"""How every bullet the export writes begins (a suggestion's is a link alone; a chain
+problem's, the conversation id)."""
+CHAIN_PROBLEM = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12} ")
+OUR_STRONG = ("User", "Assistant", "Reasoning", "System prompt", "Context (", "result")
+OUR_EMPHASIS = (
+    "Response ",
+    "Turn ended: ",
+    "(no text)",
+    "Citations incomplete",
+    "Reasoning: redacted",
+    "no result",
+    "Display obligation (",
+)
+
+
+@pytest.fixture(scope="module")
+def examples(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Store, dict[str, Any]]]:
+    folder = tmp_path_factory.mktemp("markdown-examples")
+    with open_store(f"sqlite:///{folder / 'store.db'}") as store:
+        yield store, ingest_examples(store.service)
+
+
+def _reading(examples: tuple[Store, dict[str, Any]], name: str) -> portable.PortableConversation:
+    from convstore.adapters.wire.providers import read_payload
+
+    store, ids = examples
+    return portable.load(store.service, ids[name][0], read_payload)
+
+
+def _markdown(reading: portable.PortableConversation) -> str:
+    return "".join(export.render(reading, "md"))
+
+
+def links(md: str) -> list[tuple[str, str]]:
+    """(href, text) of every link the document renders."""
+    found: list[tuple[str, str]] = []
+    for token in MD.parse(md):
+        children = token.children or []
+        for at, child in enumerate(children):
+            if child.type == "link_open":
+                found.append((str(child.attrs["href"]), children[at + 1].content))
+    return found
+
+
+def assert_inert_markdown(md: str, urls: Iterable[str] = ()) -> None:
+    """Nothing in `md` but the elements the export writes: no raw HTML, images, rules or
+    ordered lists; no heading, bullet, quote or emphasis that stored text made; links only
+    to `urls` (the stored http and https addresses of sources and suggestions)."""
+    assert sanitize(md) == md  # nothing a terminal would act on
+    allowed = {MD.normalizeLink(u) for url in urls if (u := md_url(url)) is not None}
+    tokens = MD.parse(md)
+    assert tokens[0].type == "heading_open" and tokens[0].tag == "h1"
+    holders: list[Token] = []
+    for at, token in enumerate(tokens):
+        assert token.type not in ("html_block", "hr", "ordered_list_open"), token
+        if token.nesting == -1:
+            holders.pop()
+        elif token.nesting == 1:
+            holders.append(token)
+        if token.type == "heading_open":
+            assert (token.tag == "h1" and at == 0) or token.tag == "h2", token
+            if token.tag == "h2":
+                assert tokens[at + 1].content.startswith(("Turn ", "Outside a turn")), token
+        if token.type == "blockquote_open":  # ours open with their bold label
+            assert tokens[at + 2].content.startswith("**"), tokens[at + 2].content
+        if token.type != "inline":
+            continue
+        if tokens[at - 2].type == "list_item_open":  # the first paragraph of a bullet
+            first = next((c for c in token.children or () if c.content or c.nesting), None)
+            ours = token.content.startswith(OUR_LIST_ITEMS) or CHAIN_PROBLEM.match(token.content)
+            assert ours or (first is not None and first.type == "link_open"), token.content
+        _check_inline(token, allowed)
+
+
+def _check_inline(inline: Token, allowed: set[str]) -> None:
+    """Links only to `allowed`; emphasis only where the export writes it (opening a
+    paragraph, never nested); inline code only for the chain head."""
+    children = [c for c in inline.children or () if c.type != "text" or c.content]
+    depth = 0
+    for at, child in enumerate(children):
+        assert child.type not in ("html_inline", "image"), (child, inline.content)
+        if child.type == "link_open":
+            href = str(child.attrs["href"])
+            assert href.startswith(("http://", "https://")) and href in allowed, href
+        if child.type == "code_inline":
+            assert inline.content.startswith("chain: "), inline.content
+        if child.type in ("strong_open", "em_open"):
+            inner = children[at + 1].content if at + 1 < len(children) else ""
+            ours = inner.startswith(OUR_STRONG if child.type == "strong_open" else OUR_EMPHASIS)
+            verdict = inline.content.startswith("chain: ") and inner == "does not verify"
+            assert depth == 0 and (at == 0 or verdict) and (ours or verdict), inline.content
+            depth += 1
+        elif child.type in ("strong_close", "em_close"):
+            depth -= 1
+
+
+# --- stored text reads as stored ---------------------------------------------------------------
+
+MARKUP = [
+    "#",
+    "# ",
+    "## x",
+    "> ",
+    "- ",
+    "+ ",
+    "* ",
+    "1. ",
+    "2) ",
+    "---",
+    "===",
+    "~~~",
+    "```",
+    "`",
+    "*",
+    "**",
+    "_",
+    "__",
+    "[",
+    "]",
+    "(",
+    ")",
+    "![",
+    "[x](javascript:alert(1))",
+    "[x][y]",
+    "[y]: http://evil.example",
+    "<",
+    "<a href='http://evil.example'>",
+    "</p>",
+    "<!--",
+    "<?php",
+    "<!DOCTYPE",
+    "<http://evil.example>",
+    "<me@evil.example>",
+    "&",
+    "&amp;",
+    "&#60;",
+    "&#x3C;",
+    "&copy;",
+    "AT&T",
+    "\\",
+    "\\*",
+    "\\\\",
+    "https://example.org/a_b*c",
+    "snake_case_name",
+    "a_",
+    "_a",
+    "é_é",
+    "3 < 5",
+    "x > y",
+    "|a|b|",
+    "~~s~~",
+    "@me",
+    "javascript:alert(1)",
+    "中文",
+    "🍵",
+    " ",
+    ".",
+    ":",
+    "!",
+]
+_words = st.lists(
+    st.one_of(
+        st.sampled_from(MARKUP), st.text("abcXYZ019 .,;:!?'\"-_*#<>&[]()\\`~|=+@/", max_size=6)
+    ),
+    min_size=1,
+    max_size=8,
+).map("".join)
+one_line = _words.map(lambda text: " ".join(text.split())).filter(bool)
+"""Text on one line as a paragraph holds it: no leading, trailing or doubled whitespace."""
+
+
+def _paragraph_text(md: str) -> str:
+    """The text of a document that must be one paragraph (soft breaks as newlines)."""
+    tokens = MD.parse(md)
+    assert [t.type for t in tokens] == ["paragraph_open", "inline", "paragraph_close"], md
+    out = []
+    for child in tokens[1].children or ():
+        assert child.type in ("text", "softbreak"), (child.type, md)
+        out.append("\n" if child.type == "softbreak" else child.content)
+    return "".join(out)
+
+
+@settings(max_examples=400, deadline=None)
+@given(one_line)
+def test_one_line_of_stored_text_reads_back_as_stored(text: str) -> None:
+    assert _paragraph_text(md_text(text)) == text
+    assert _paragraph_text(f"x {md_inline(text)}") == f"x {text}"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(one_line, min_size=1, max_size=6))
+def test_lines_of_stored_text_read_back_as_stored(lines: list[str]) -> None:
+    """Every line is a line's start: headings, lists, quotes, fences, setext underlines,
+    thematic breaks, definitions and HTML blocks all stay text."""
+    text = "\n".join(lines)
+    assert _paragraph_text(md_text(text)) == text
+
+
+def test_prose_keeps_no_stray_backslash() -> None:
+    prose = (
+        "Uji, a small city (宇治) between Kyoto and Nara, has grown tea since the 14th century."
+        " See https://www.example.org/food/uji-matcha-cafes — 3 < 5 & AT&T agree: it's 50% "
+        "off! Write to tea@example.org; use snake_case_names, version 2.0 or C# #1."
+    )
+    assert md_text(prose) == prose
+
+
+def test_escaping_is_minimal_where_markup_would_form() -> None:
+    assert md_text("### Heading") == "\\### Heading"
+    assert md_text("#hashtag and ####### seven") == "#hashtag and ####### seven"
+    assert md_text("- item\n1. first\n> quoted") == "\\- item\n1\\. first\n\\> quoted"
+    assert md_text("[a](http://x.org)") == "\\[a](http://x.org)"
+    assert md_text("<b>bold</b> &amp; x") == "\\<b>bold\\</b> \\&amp; x"
+    assert md_text("a\x1b[31mb") == "a\u241bb"  # sanitized first: no backslash eaten
+    assert md_text("\x1b\\[x]") == "\u241b\\[x]"  # ESC \ is one sequence: one placeholder
+
+
+@pytest.mark.parametrize(
+    ("url", "link"),
+    [
+        ("https://example.org/a b(c)", "https://example.org/a%20b%28c%29"),
+        ("HTTP://example.org/x?q=1&r=2&amp;", "http://example.org/x?q=1&r=2%26amp;"),
+        ("https://example.org/<script>", "https://example.org/%3Cscript%3E"),
+        ("javascript:alert(1)", None),
+        ("data:text/html,<b>x</b>", None),
+        ("file:///etc/passwd", None),
+        ("vbscript:msgbox", None),
+        ("//example.org/x", None),
+        ("https://", None),
+        (" javascript:alert(1)", None),
+    ],
+)
+def test_only_http_and_https_become_links(url: str, link: str | None) -> None:
+    assert md_url(url) == link
+    found = links(md_link("title [x]", url))
+    if link is None:
+        assert found == []
+        assert url.strip() in _paragraph_text(md_link("title [x]", url))  # shown as text
+    else:
+        assert found == [(MD.normalizeLink(link), "title [x]")]
+
+
+@pytest.mark.parametrize(
+    "content", ["print(1)\n", "```\nx\n```", "a ```` b\n`````", "<script>alert(1)</script>", ""]
+)
+def test_a_fence_holds_exactly_its_content(content: str) -> None:
+    (token,) = MD.parse("\n".join(fenced(content, "py`thon")))
+    assert token.type == "fence" and token.info == "python"
+    assert token.content == (content.rstrip("\n") + "\n" if content.rstrip("\n") else "")
+
+
+# --- the examples, rendered --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "anthropic/web_search_citations",
+        "openai/web_search_citations",
+        "google/grounding_search_stream",
+    ],
+)
+def test_each_providers_search_renders_sources_as_links(
+    examples: tuple[Store, dict[str, Any]], name: str
+) -> None:
+    reading = _reading(examples, name)
+    md = _markdown(reading)
+    cited = [c.source for t in items(reading, TextItem) for c in t.citations]
+    urls = [s.url for s in cited if s.url]
+    suggestions = [
+        link.url for a in items(reading, ActivityItem) if a.display for link in a.display.links
+    ]
+    assert_inert_markdown(md, [*urls, *suggestions])
+    rendered = links(md)
+    for source in cited:
+        assert (MD.normalizeLink(md_url(source.url or "") or ""), source.title) in rendered
+    assert {href for href, _ in rendered} == {MD.normalizeLink(md_url(u) or "") for u in urls} | {
+        MD.normalizeLink(u) for u in suggestions
+    }
+    for href, text in rendered:  # markers sit in the answer, never in a link
+        assert not re.search(r"\[\d+\]|%5B\d+%5D", href + text), href
+    html = MD.render(md)
+    assert re.search(r"[^\\]\[1\]", md) and "[1]" in html and "⚒ web search: " in html
+
+
+def test_search_suggestions_are_a_list_of_links(examples: tuple[Store, dict[str, Any]]) -> None:
+    reading = _reading(examples, "google/grounding_search_stream")
+    md = _markdown(reading)
+    assert "Search suggestions:\n\n- [météo Kyoto aujourd'hui](https://search.example.com/" in md
+    assert ("https://search.example.com/q?kyoto-weather", "Kyoto weather today") in links(md)
+    assert "<" not in md.replace("\\<", "")  # no markup of the suggestion's content
+
+
+@pytest.mark.parametrize(
+    ("name", "code", "output"),
+    [
+        ("google/code_execution", "print(sum(primes), primes[-1])", "5117 229"),
+        ("anthropic/dynamic_filtering", "", "Dublin 92 mm"),
+        ("openai/hosted_tools", "mean = sum(values) / len(values)", "3.875"),
+    ],
+)
+def test_code_and_outputs_are_fenced_blocks(
+    examples: tuple[Store, dict[str, Any]], name: str, code: str, output: str
+) -> None:
+    reading = _reading(examples, name)
+    md = _markdown(reading)
+    fences = [t for t in MD.parse(md) if t.type == "fence"]
+    runs = [a for a in items(reading, ActivityItem) if a.name in CODE_RUNS]
+    assert runs and fences
+    for run in runs:
+        given = run.input.get("code")
+        if given:
+            assert any(f.content == given.rstrip("\n") + "\n" for f in fences), run.activity_id
+        for written in run.outputs:
+            assert any(f.content == written.text.rstrip("\n") + "\n" for f in fences)
+    assert any(code in f.content for f in fences)
+    assert any(output in f.content for f in fences)
+    assert_inert_markdown(md, _urls(reading))
+
+
+def _urls(reading: portable.PortableConversation) -> list[str]:
+    """Every http(s) address the export may link: cited sources, suggestions."""
+    urls = [c.source.url or "" for t in items(reading, TextItem) for c in t.citations]
+    urls += [
+        link.url for a in items(reading, ActivityItem) if a.display for link in a.display.links
+    ]
+    return urls
+
+
+def test_every_example_renders_inert(examples: tuple[Store, dict[str, Any]]) -> None:
+    for name in examples[1]:
+        reading = _reading(examples, name)
+        assert_inert_markdown(_markdown(reading), _urls(reading))
