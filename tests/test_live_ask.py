@@ -39,6 +39,7 @@ from convstore.domain import (
 from convstore.domain.events import Event
 from convstore.storage import open_store
 from tests.replay_server import EXAMPLES, ReplayServer, Reply
+from tests.terminal import Terminal
 
 KEY = "sk-ant-api03-LIVE-ASK-0123456789abcdef-KEY"
 MODEL = "claude-sonnet-4-5"
@@ -452,27 +453,13 @@ def test_continue_on_length_sends_the_cut_answer_as_a_prefill(
     assert len(server.requests) == 3  # no continuation unless asked for
 
 
-class _Terminal:
-    """A text stream that says it is a terminal."""
-
-    def __init__(self) -> None:
-        self.text = ""
-
-    def write(self, text: str) -> int:
-        self.text += text
-        return len(text)
-
-    def isatty(self) -> bool:
-        return True
-
-
-def _view(*, terminal: bool, **options: bool) -> tuple[LiveView, _Terminal | io.StringIO]:
-    stream: _Terminal | io.StringIO = _Terminal() if terminal else io.StringIO()
+def _view(*, terminal: bool, **options: bool) -> tuple[LiveView, Terminal | io.StringIO]:
+    stream: Terminal | io.StringIO = Terminal() if terminal else io.StringIO()
     return LiveView(Renderer(stream), **options), stream
 
 
-def _shown(stream: _Terminal | io.StringIO) -> str:
-    return stream.text if isinstance(stream, _Terminal) else stream.getvalue()
+def _shown(stream: Terminal | io.StringIO) -> str:
+    return stream.text if isinstance(stream, Terminal) else stream.getvalue()
 
 
 def test_reasoning_shows_its_first_line_dimmed_on_a_terminal_only() -> None:

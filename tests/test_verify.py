@@ -36,6 +36,7 @@ from convstore.projections.verify import (
 )
 from convstore.storage import SQLiteLocation, Store, open_store
 from convstore.storage.mapper import EventMapper
+from tests.terminal import Terminal
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "anthropic"
 
@@ -442,23 +443,6 @@ def test_command_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert run(capsys, "--db", url, "anchor") == (0, "{}\n", "")
 
 
-class _Terminal:
-    """A stderr that says it is a terminal, recording what is written."""
-
-    def __init__(self) -> None:
-        self.text = ""
-
-    def write(self, text: str) -> int:
-        self.text += text
-        return len(text)
-
-    def isatty(self) -> bool:
-        return True
-
-    def flush(self) -> None:
-        pass
-
-
 def test_progress_shows_on_a_terminal_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -466,7 +450,7 @@ def test_progress_shows_on_a_terminal_only(
     with open_store(url) as store:
         record(store.service, "pause_turn", (1, 2))
     assert run(capsys, "--db", url, "verify", "--all")[2] == ""  # not a terminal: silent
-    terminal = _Terminal()
+    terminal = Terminal()
     monkeypatch.setattr("sys.stderr", terminal)
     assert cli.main(["--db", url, "verify", "--all"]) == 0
     assert "verify: verifying 1/1" in terminal.text

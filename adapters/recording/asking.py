@@ -207,6 +207,12 @@ def _unanswered_calls(events: Sequence[Event], conversation_id: ConversationId) 
     ]
 
 
+Record = Callable[
+    [Iterable[Event], Callable[[], bool] | None], tuple[ConversationId, ResponseOutcome]
+]
+"""Records one response's drafts (with the recorder's `ready`, for a live stream)."""
+
+
 def _one_response(
     recording: Callable[[], ConversationService],
     provider: ProviderAdapter,
@@ -222,75 +228,85 @@ def _one_response(
 ) -> ResponseEnded | None:
     """Send one request and record its response in `report`; its end as recorded."""
     body = request.recorded_json()
+
+    def opened() -> Record:
+        """The provider answered: close what another provider left pending, and record
+        in the conversation as it is now."""
+        service = recording()
+        if watcher is not None:
+            watcher.begin(report.conversation_id)
+        version = 0 if start else _abandon_others(service, provider, report)
+
+        def record(
+            drafts: Iterable[Event], ready: Callable[[], bool] | None
+        ) -> tuple[ConversationId, ResponseOutcome]:
+            return service.ingest_exchange(
+                None if start else report.conversation_id,
+                history,
+                drafts,
+                at_version=version,
+                title=title,
+                ready=ready,
+                continues=continues,
+                start_as=report.conversation_id,
+            )
+
+        return record
+
     try:
         with provider.need_send()(request, config) as stream:
-            service = recording()
-            version = _prepare(service, provider, report, start=start, watcher=watcher)
-            with Interrupts() as interrupts:
-                thread = RecordingThread(
-                    lambda drafts, ready: service.ingest_exchange(
-                        None if start else report.conversation_id,
-                        history,
-                        drafts,
-                        at_version=version,
-                        title=title,
-                        ready=ready,
-                        continues=continues,
-                        start_as=report.conversation_id,
-                    )
-                )
-                chunks: Iterable[bytes] = interrupts.chunks(stream)
-                if watcher is not None and provider.preview is not None:
-                    chunks = previewed(chunks, provider.preview, watcher.piece)
-                end: ResponseEnded | None = None
-                try:
-                    for draft in interrupts.marked(provider.decode(chunks, body, None)):
-                        if isinstance(draft, ResponseEnded):
-                            end = draft
-                        thread.put(draft)
-                        if watcher is not None:
-                            watcher.draft(draft)
-                except BaseException:
-                    thread.abandon()
-                    raise
-                _, outcome = thread.close()
-                report.interrupted = interrupts.signum
+            end, outcome = _streamed(
+                stream, opened(), provider, body, report=report, watcher=watcher
+            )
     except ProviderHTTPError as error:
-        service = recording()
-        version = _prepare(service, provider, report, start=start, watcher=watcher)
+        record = opened()
         drafts = list(provider.decode(error.body, body, error.status))
         if watcher is not None:
             for draft in drafts:
                 watcher.draft(draft)
-        _, outcome = service.ingest_exchange(
-            None if start else report.conversation_id,
-            history,
-            drafts,
-            at_version=version,
-            title=title,
-            continues=continues,
-            start_as=report.conversation_id,
-        )
+        _, outcome = record(drafts, None)
         end = next((d for d in reversed(drafts) if isinstance(d, ResponseEnded)), None)
     report.responses.append(outcome)
     report.error = end.error if end is not None and end.state == "failed" else None
     return end
 
 
-def _prepare(
-    service: ConversationService,
+def _streamed(
+    stream: Iterable[bytes],
+    record: Record,
     provider: ProviderAdapter,
-    report: AskReport,
+    body: bytes,
     *,
-    start: bool,
+    report: AskReport,
     watcher: Watcher | None,
+) -> tuple[ResponseEnded | None, ResponseOutcome]:
+    """Decode the stream here and record it on a writer thread (`live`), a signal ending
+    it as a partial commit; its end as recorded, and the outcome."""
+    with Interrupts() as interrupts:
+        thread = RecordingThread(record)
+        chunks: Iterable[bytes] = interrupts.chunks(stream)
+        if watcher is not None and provider.preview is not None:
+            chunks = previewed(chunks, provider.preview, watcher.piece)
+        end: ResponseEnded | None = None
+        try:
+            for draft in interrupts.marked(provider.decode(chunks, body, None)):
+                if isinstance(draft, ResponseEnded):
+                    end = draft
+                thread.put(draft)
+                if watcher is not None:
+                    watcher.draft(draft)
+        except BaseException:
+            thread.abandon()
+            raise
+        _, outcome = thread.close()
+        report.interrupted = interrupts.signum
+    return end, outcome
+
+
+def _abandon_others(
+    service: ConversationService, provider: ProviderAdapter, report: AskReport
 ) -> int:
-    """The provider answered: close what another provider left pending, and return the
-    conversation's version the response is recorded at."""
-    if watcher is not None:
-        watcher.begin(report.conversation_id)
-    if start:
-        return 0
+    """Record other providers' pending activities `abandoned`; the version after."""
     for other in PROVIDERS:
         if other != provider.name:
             closed = service.abandon_activities(report.conversation_id, provider=other)
