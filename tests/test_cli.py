@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from convstore.adapters import cli
-from convstore.adapters.cli import demo, registry
+from convstore.adapters.cli import demo, program, registry
 from convstore.domain import (
     ActivityId,
     AssistantText,
@@ -392,7 +392,7 @@ def test_unexpected_errors_exit_1_with_a_short_sanitized_line(
         raise RuntimeError(f"boom {OSC_TITLE}\nsecond line")
 
     command = registry.Command("list", "", lambda p: None, broken)
-    monkeypatch.setitem(registry.COMMANDS, "list", command)
+    monkeypatch.setitem(program.COMMANDS, "list", command)
     code, out, err = run(capsys, "--db", url, "list")
     assert (code, out) == (1, "")
     line = one_error_line(err)

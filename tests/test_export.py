@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -582,11 +583,13 @@ def test_summary_progress_and_clean_stdout(
     assert f"export: conversations {len(ids)}/{len(ids)}" in stderr
     assert cli.main(argv) == 0  # stderr is no terminal: no progress without --progress
     assert capsys.readouterr().err == ""
-    # To stdout: the documents themselves, one JSON document a line.
+    # To stdout: one JSON document, an array of the conversations' documents (one a line).
     assert cli.main(["--db", url, "export", "--all", "--format", "json"]) == 0
-    documents = capsys.readouterr().out.splitlines()
-    decoded = [portable.DECODER.decode(line) for line in documents]
+    printed = capsys.readouterr().out
+    decoded = msgspec.json.decode(printed, type=list[portable.PortableConversation])
     assert [d.id for d in decoded] == ids
+    lines = printed.splitlines()
+    assert (lines[0], lines[-1], len(lines)) == ("[", "]", len(ids) + 2)
 
 
 def test_usage_errors(

@@ -16,7 +16,7 @@ import jsonschema
 import pytest
 
 from convstore.adapters import cli
-from convstore.adapters.cli.registry import COMMANDS
+from convstore.adapters.cli.program import COMMANDS
 from convstore.domain import (
     CallId,
     ResponseEnded,
@@ -107,6 +107,7 @@ def test_every_reading_command_matches_its_schema(
     assert {c["id"] for c in listed} == set(conversations.values())
     for provider, conversation in conversations.items():
         events = _check("show", _run(capsys, *db, "show", conversation, "--json")[1])
+        assert all(e["conversation_id"] == e["originator_id"] == conversation for e in events)
         assert events[0]["type"] == "Started"
         assert any("payload" in event for event in events), provider
         both = _check("show", _run(capsys, *db, "show", conversation, "--json", "--chain")[1])
@@ -196,3 +197,40 @@ def test_answer_and_the_calls_a_dry_run_lists_match_their_schemas(
     answered = _run(capsys, *db, "answer", str(two), "call_a", "--error", "down", "--json")
     data = _check("answer", answered[1])
     assert data["is_error"] and [c["call_id"] for c in data["unanswered"]] == ["call_b"]
+
+
+MISSING = "0" * 32
+FAILING: dict[str, list[str]] = {
+    "audit": [MISSING],
+    "verify": [MISSING],
+    "anchor": ["-o", "/nonexistent/folder/anchors.json"],
+    "migrate": [],
+    "list": [],
+    "show": [MISSING],
+    "export": [MISSING, "--format", "md", "-o", "/nonexistent/folder/x.md"],
+    "search": ["matcha"],
+    "reindex": [],
+    "project": [],
+    "ingest": ["--provider", "anthropic", "/nonexistent/capture.sse"],
+    "replay": [MISSING, "--to", "anthropic"],
+    "ask": ["Where?", "--model", "claude-sonnet-4-5", "--cfg", "ask.colour=1"],
+    "fork": [MISSING, "--at", "1"],
+    "repair": [MISSING],
+    "answer": [MISSING, "call_1", "--text", "ok"],
+}
+"""A failing run of every command (on a store that does not exist, or a wrong id)."""
+
+
+def test_every_command_failure_matches_its_schema(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--json` on failure: one document with `error` and `error_detail`, exit 2."""
+    assert sorted(FAILING) == sorted(COMMANDS)
+    url = f"sqlite:///{tmp_path / 'no folder' / 'missing.db'}"  # not even a writer makes it
+    for command, args in FAILING.items():
+        code = cli.main(["--db", url, command, *args, "--json"])
+        out, err = capsys.readouterr()
+        assert code == 2, (command, err)
+        data = _check(command, out)
+        assert err == f"convstore: error: {data['error']}\n", command
+        assert data["error_detail"]["message"] in data["error"], command

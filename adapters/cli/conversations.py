@@ -228,13 +228,19 @@ class _Export:
                 return export.write_all(
                     readable(), args.output, args.format, progress=count, chain=status_of
                 )
+            one_document = args.format == "json"  # an array, streamed one element a line
+            if one_document:
+                session.out.write("[\n")
             for done, conversation in enumerate(readable(), 1):
                 status = status_of(conversation)
-                if done > 1 and args.format == "md":
-                    session.out.write(export.MD_SEPARATOR)
+                if done > 1:
+                    separator = {"md": export.MD_SEPARATOR, "json": ","}.get(args.format, "")
+                    session.out.write(separator)
                 for chunk in export.render(conversation, args.format, status):
                     session.out.write(chunk)
                 count(done)
+            if one_document:
+                session.out.write("]\n")
             return None
         finally:
             progress.clear()

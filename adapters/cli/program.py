@@ -23,6 +23,7 @@ from convstore.adapters.cli.registry import (
     Command,
     LogLines,
     Session,
+    error_detail,
 )
 from convstore.adapters.terminal import render
 from convstore.adapters.terminal.render import Renderer, TextStream
@@ -156,6 +157,8 @@ def _main(argv: Sequence[str] | None) -> int:
         out.flush()
         return code
     except ConvstoreError as error:
+        if getattr(args, "json", False) and not out.wrote:  # scripts read the failure too
+            out.json({"error": str(error), "error_detail": error_detail(error)})
         err.line(f"{PROG}: error: {render.one_line(str(error))}")
         return 2
     except KeyboardInterrupt as stopped:

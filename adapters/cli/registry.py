@@ -83,9 +83,22 @@ class Session:
             self._store = None
 
 
+ERROR_FACTS = ("conversation_id", "status", "attempts", "received")
+"""What an error may know beside its type and message, given in `error_detail` when it
+does (e.g. the conversation holding a response, a provider's HTTP status)."""
+
+
 def error_detail(error: BaseException) -> dict[str, object]:
-    """`error_detail` of a command's `--json` failure: the error's `type` and `message`."""
-    return {"type": type(error).__name__, "message": str(error)}
+    """`error_detail` of a command's `--json` failure: the error's `type` (its class) and
+    `message`, then what else it knows (`ERROR_FACTS`)."""
+    detail: dict[str, object] = {"type": type(error).__name__, "message": str(error)}
+    for name in ERROR_FACTS:
+        value = getattr(error, name, None)
+        if isinstance(value, int | str) and not isinstance(value, bool):
+            detail[name] = value
+        elif value is not None:
+            detail[name] = str(value)
+    return detail
 
 
 Run = Callable[[argparse.Namespace, Session], int]

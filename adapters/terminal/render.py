@@ -147,9 +147,12 @@ class Renderer:
 
     def __init__(self, stream: TextStream) -> None:
         self.stream = stream
+        self.wrote = False
+        """Whether anything was written yet."""
 
     def write(self, text: str) -> None:
         """Write sanitized `text` as is (no newline added)."""
+        self.wrote = self.wrote or bool(text)
         text = sanitize(text)
         try:
             self.stream.write(text)

@@ -60,7 +60,9 @@ def payload_data(payload: ProviderPayload) -> dict[str, Any]:
 
 
 def to_data(value: Any) -> Any:
-    """Plain JSON data for a domain value, every ProviderPayload reduced to its metadata."""
+    """Plain JSON data for a domain value, every ProviderPayload reduced to its metadata;
+    an event's conversation is also named `conversation_id` (beside `originator_id`), as
+    every command names it."""
     if isinstance(value, ProviderPayload):
         return payload_data(value)
     if isinstance(value, msgspec.Struct):
@@ -70,6 +72,8 @@ def to_data(value: Any) -> Any:
             data[config.tag_field] = config.tag
         for name in value.__struct_fields__:
             data[name] = to_data(getattr(value, name))
+            if name == "originator_id" and isinstance(value, Event):
+                data["conversation_id"] = data[name]
         return data
     if isinstance(value, dict):
         return {str(key): to_data(item) for key, item in value.items()}
