@@ -489,3 +489,19 @@ def test_a_command_stopped_by_a_signal_exits_128_plus_its_number(
     assert child.returncode == code
     assert err == f"convstore: {word}\n"
     assert run_process("--db", url, "verify", "--all").returncode == 0
+
+
+def test_version_and_the_provider_choices(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--version`; `--help` lists the providers; `gemini` is accepted for `google`."""
+    from importlib.metadata import version
+
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out == f"convstore {version('convstore')}\n"
+    assert cli.main(["ingest", "--help"]) == 0
+    assert "--provider {anthropic,openai,google}" in capsys.readouterr().out
+    assert cli.main(["replay", "0" * 32, "--to", "gpt", "--dry-run"]) == 2
+    assert "'gpt' is not one of anthropic, openai, google (gemini for google)" in (
+        capsys.readouterr().err
+    )
+    parsed = program.build_parser().parse_args(["replay", "0" * 32, "--to", "gemini"])
+    assert parsed.provider == "google"

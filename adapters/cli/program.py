@@ -86,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     db_help = f"the store: a path, sqlite:///…, postgresql://… (default: ${ENV_URL}, then a file"
     db_help += " in the user data folder)"
     parser.add_argument("--db", metavar="URL", default=None, help=db_help)
+    parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
     # `--db` is accepted after the command too; SUPPRESS keeps the global value if absent.
     common = _Parser(add_help=False)
     common.add_argument("--db", metavar="URL", default=argparse.SUPPRESS, help=db_help)
@@ -104,6 +105,15 @@ def build_parser() -> argparse.ArgumentParser:
         spec.arguments(sub)
         sub.set_defaults(run=spec.run)
     return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("convstore")
+    except PackageNotFoundError:  # run from a tree that was never installed
+        return "(not installed)"
 
 
 class Stopped(KeyboardInterrupt):

@@ -11,6 +11,7 @@ import msgspec
 
 from convstore.adapters.cli.registry import (
     PROG,
+    PROVIDER_METAVAR,
     Session,
     cfg_flag,
     command,
@@ -30,7 +31,13 @@ from convstore.domain.errors import ConvstoreError, DecodeError
 
 
 def _ingest_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--provider", type=provider_name, required=True, help="the wire format")
+    parser.add_argument(
+        "--provider",
+        type=provider_name,
+        required=True,
+        metavar=PROVIDER_METAVAR,
+        help="the wire format (gemini: google)",
+    )
     parser.add_argument(
         "--request",
         type=Path,
@@ -103,6 +110,7 @@ def _replay_arguments(parser: argparse.ArgumentParser) -> None:
         "--to",
         type=provider_name,
         required=True,
+        metavar=PROVIDER_METAVAR,
         dest="provider",
         help="the provider to continue on",
     )
@@ -195,6 +203,7 @@ def _ask_arguments(parser: argparse.ArgumentParser) -> None:
         "--provider",
         type=provider_name,
         default=None,
+        metavar=PROVIDER_METAVAR,
         help="default: the conversation's provider, else anthropic",
     )
     parser.add_argument("--conversation", metavar="ID", help="continue this conversation")

@@ -162,10 +162,21 @@ def json_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
 
 
+PROVIDER_ALIASES = {"gemini": "google"}
+"""Other names people use for a provider."""
+PROVIDER_METAVAR = "{" + ",".join(PROVIDERS) + "}"
+"""How `--help` names a provider argument: its choices."""
+
+
 def provider_name(text: str) -> str:
-    if text not in PROVIDERS:
-        raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(PROVIDERS)}")
-    return text
+    """A provider's name (or an alias of one: `gemini` is `google`)."""
+    name = PROVIDER_ALIASES.get(text, text)
+    if name not in PROVIDERS:
+        aliases = ", ".join(f"{alias} for {real}" for alias, real in PROVIDER_ALIASES.items())
+        raise argparse.ArgumentTypeError(
+            f"{render.shorten(text, 40)!r} is not one of {', '.join(PROVIDERS)} ({aliases})"
+        )
+    return name
 
 
 def cfg_flag(parser: argparse.ArgumentParser) -> None:
