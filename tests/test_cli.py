@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -505,3 +506,36 @@ def test_version_and_the_provider_choices(capsys: pytest.CaptureFixture[str]) ->
     )
     parsed = program.build_parser().parse_args(["replay", "0" * 32, "--to", "gemini"])
     assert parsed.provider == "google"
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh"])
+def test_shell_completion_completes_commands_options_and_choices(shell: str) -> None:
+    """`convstore completion bash|zsh`, sourced in bash (zsh runs it through
+    bashcompinit): commands, a command's options, and an option's choices."""
+    script = run_process("completion", shell)
+    assert script.returncode == 0
+    if shell == "zsh":
+        assert script.stdout.startswith("autoload -U +X bashcompinit && bashcompinit\n")
+        body = script.stdout.split("\n", 1)[1]
+    else:
+        body = script.stdout
+    probe = body + textwrap.dedent(
+        """
+        t() { COMP_WORDS=("$@"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); _convstore_complete
+              echo "${COMPREPLY[*]}"; }
+        t convstore ing
+        t convstore --db x.db ingest --prov
+        t convstore ingest --provider ""
+        t convstore export ID --format ""
+        t convstore ingest --request ""
+        """
+    )
+    done = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "ingest",
+        "--provider",
+        "anthropic openai google",
+        "json jsonl md",
+        "",  # a file name: left to the shell's default completion
+    ]

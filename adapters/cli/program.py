@@ -14,7 +14,7 @@ import threading
 import traceback
 from collections.abc import Sequence
 
-from convstore.adapters.cli import conversations, index, integrity, record
+from convstore.adapters.cli import completion, conversations, index, integrity, record
 from convstore.adapters.cli.registry import (
     COMMANDS,
     ENV_DEBUG,
@@ -29,7 +29,7 @@ from convstore.adapters.terminal import render
 from convstore.adapters.terminal.render import Renderer, TextStream
 from convstore.domain.errors import ConvstoreError
 
-COMMAND_MODULES = (conversations, record, integrity, index)
+COMMAND_MODULES = (conversations, record, integrity, index, completion)
 """The modules whose `@command` functions make the subcommands, in `--help` order."""
 
 
