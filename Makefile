@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PKGS   := -p convstore.domain -p convstore.adapters -p convstore.projections -p convstore.storage
 
-.PHONY: install test lint soak scale demo bench clean
+.PHONY: install test lint soak scale demo bench package clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,12 +30,28 @@ soak: install
 scale: install
 	$(BIN)/python -m benchmarks.scale
 
-demo: install
+# The program alone: no lint or test toolchain.
+demo: $(BIN)/python
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e .
 	rm -rf .demo && mkdir -p .demo
 	$(BIN)/python -m convstore.adapters.cli.demo .demo
 
 bench: install
 	$(BIN)/python -m benchmarks
 
+# The package as a user gets it: a wheel and an sdist built, the wheel installed into a
+# fresh venv (nothing of the checkout on its path), then `--version` and an ingest.
+CAPTURE := examples/anthropic/web_search_citations
+package: $(BIN)/python
+	rm -rf dist .package
+	$(BIN)/python -m pip install -q --disable-pip-version-check build
+	$(BIN)/python -m build -q --outdir dist . > /dev/null
+	$(PYTHON) -m venv .package
+	.package/bin/python -m pip install -q --disable-pip-version-check dist/*.whl
+	cd .package && bin/convstore --version
+	cd .package && bin/convstore --db store.db ingest --provider anthropic \
+		--request ../$(CAPTURE)/1.request.json ../$(CAPTURE)/1.response.sse
+	cd .package && bin/convstore --db store.db list
+
 clean:
-	rm -rf $(VENV) build .demo .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build dist .package .demo .pytest_cache .mypy_cache .ruff_cache
