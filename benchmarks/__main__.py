@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
 
-from benchmarks import decoding, live, mapper, postgres, search, storage
+from benchmarks import decoding, live, mapper, postgres, search, startup, storage
 from benchmarks.common import Figure, Sizes, render_table
 
 FAMILIES: dict[str, Callable[[Sizes, Path], list[Figure]]] = {
@@ -32,6 +32,7 @@ FAMILIES: dict[str, Callable[[Sizes, Path], list[Figure]]] = {
     "search": search.search_figures,
     "decoding": decoding.decoding_figures,
     "live": live.live_figures,
+    "startup": startup.startup_figures,
 }
 
 

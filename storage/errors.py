@@ -25,6 +25,7 @@ contract tests and callers recognise it).
 from __future__ import annotations
 
 import sqlite3
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Final
@@ -217,18 +218,13 @@ def translate(error: BaseException) -> StorageError:
 
 
 def driver_errors() -> tuple[type[BaseException], ...]:
-    """The driver exception classes that `translating` maps."""
-    classes: list[type[BaseException]] = [sqlite3.Error]
-    try:
-        import psycopg
-    except ImportError:  # PostgreSQL support is an extra
-        pass
-    else:
-        classes.append(psycopg.Error)
-    return tuple(classes)
-
-
-_DRIVER_ERRORS = driver_errors()
+    """The driver exception classes that `translating` maps: sqlite3's, and psycopg's once
+    it is loaded (a PostgreSQL store loads it; a command on SQLite never pays for it)."""
+    psycopg = sys.modules.get("psycopg")
+    error = getattr(psycopg, "Error", None)
+    if isinstance(error, type) and issubclass(error, BaseException):
+        return (sqlite3.Error, error)
+    return (sqlite3.Error,)
 
 
 @contextmanager
@@ -236,5 +232,7 @@ def translating() -> Iterator[None]:
     """Re-raise driver errors as storage errors, keeping the cause."""
     try:
         yield
-    except _DRIVER_ERRORS as error:
-        raise translate(error) from error
+    except Exception as error:
+        if isinstance(error, driver_errors()):
+            raise translate(error) from error
+        raise

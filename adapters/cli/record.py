@@ -21,7 +21,7 @@ from convstore.adapters.cli.registry import (
     provider_name,
     read_file,
 )
-from convstore.adapters.recording import asking, jobs
+from convstore.adapters.recording import jobs
 from convstore.adapters.terminal import render, transcript
 from convstore.adapters.terminal.live import LiveView
 from convstore.adapters.wire.consent import KEPT_DECLARED
@@ -228,6 +228,8 @@ def ask(args: argparse.Namespace, session: Session) -> int:
     """The answer as it streams; exit 0, 3 when the last response ended failed or
     abandoned (what arrived is kept), 130 or 143 when a signal stopped it (what arrived is
     recorded first). Refused (exit 2) before anything is sent or written."""
+    from convstore.adapters.recording import asking  # here: other commands send nothing
+
     conversation = parse_conversation_id(args.conversation) if args.conversation else None
     view = (
         None
