@@ -515,6 +515,13 @@ def test_one_conversation_to_a_file_or_into_a_folder(
     assert code == 0
     (written,) = os.listdir(folder)
     assert SAFE_NAME.match(written) and str(ids[1]) in written
+    # A trailing slash names a folder: made (its parent must exist), never a file.
+    new = root / "new"
+    code = cli.main(["--db", url, "export", str(ids[1]), "--format", "md", "-o", f"{new}/"])
+    assert code == 0 and new.is_dir() and len(os.listdir(new)) == 1
+    deep = f"{root / 'missing' / 'deeper'}/"
+    assert cli.main(["--db", url, "export", str(ids[1]), "--format", "md", "-o", deep]) == 2
+    assert not (root / "missing").exists()
     capsys.readouterr()
 
 

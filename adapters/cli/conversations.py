@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -112,9 +113,9 @@ def _export_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-o",
         "--output",
-        type=Path,
         metavar="PATH",
-        help="a file (or a folder) for one conversation; the folder for --all (default: stdout)",
+        help="a file (or a folder; PATH/ makes it) for one conversation; the folder for --all"
+        " (default: stdout)",
     )
     parser.add_argument(
         "--progress", action="store_true", help="count on stderr even when it is no terminal"
@@ -135,6 +136,8 @@ def export_command(args: argparse.Namespace, session: Session) -> int:
 
     if args.json and args.output is None:
         raise ConfigurationError("--json summarizes the files written: use it with -o PATH")
+    folder = args.output is not None and args.output.endswith(("/", os.sep))
+    args.output = Path(args.output) if args.output is not None else None
     run = _Export(args, session)
     if args.id is not None:
         conversation_id = parse_conversation_id(args.id)
@@ -147,6 +150,8 @@ def export_command(args: argparse.Namespace, session: Session) -> int:
             for chunk in export.render(conversation, args.format, status):
                 session.out.write(chunk)
             return run.code
+        if folder and not args.output.exists():
+            _make_folder(args.output)
         files = [export.write_one(args.output, conversation, args.format, status)]
     else:
         written = run.all()
@@ -164,6 +169,14 @@ def export_command(args: argparse.Namespace, session: Session) -> int:
     else:
         session.out.line(f"{len(files)} conversation(s) exported to {args.output}")
     return run.code
+
+
+def _make_folder(path: Path) -> None:
+    """`-o NEW/` names a folder: made (not its parents), as `--all` makes its own."""
+    try:
+        path.mkdir(mode=0o700)
+    except OSError as error:
+        raise ConfigurationError(f"cannot make the folder {path}: {error.strerror}") from None
 
 
 class _Export:
