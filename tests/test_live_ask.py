@@ -501,7 +501,7 @@ def test_hostile_text_stays_inert_while_it_streams() -> None:
     )
     shown = _shown(stream).replace("\x1b[2m", "").replace("\x1b[0m", "")
     assert "\x1b" not in shown and "\x07" not in shown and "\u202e" not in shown
-    assert '⚒ web search: "␛bold"\n  3 results␇' in shown
+    assert '⚒ web search: "␛bold" → 3 results␇\n' in shown  # its outcome names it
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])

@@ -132,12 +132,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code."""
     if threading.current_thread() is not threading.main_thread():
         return _main(argv)
-    previous = signal.getsignal(signal.SIGINT), signal.signal(signal.SIGTERM, _stop)
+    previous = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     try:
+        signal.signal(signal.SIGTERM, _stop)
         return _main(argv)
+    except KeyboardInterrupt as stopped:  # before the command ran, or while it ended
+        _finished()
+        return _stopped(Renderer(sys.stderr), stopped)
     finally:
         signal.signal(signal.SIGINT, previous[0])
         signal.signal(signal.SIGTERM, previous[1])
+
+
+def _stopped(err: Renderer, stopped: KeyboardInterrupt) -> int:
+    signum: int = getattr(stopped, "signum", signal.SIGINT)  # Stopped, live.SignalStop
+    err.line(f"{PROG}: {'interrupted' if signum == signal.SIGINT else 'terminated'}")
+    return 128 + signum
 
 
 def _finished() -> None:
@@ -167,26 +177,30 @@ def _main(argv: Sequence[str] | None) -> int:
         out.flush()
         return code
     except ConvstoreError as error:
+        _finished()
         if getattr(args, "json", False) and not out.wrote:  # scripts read the failure too
             out.json({"error": str(error), "error_detail": error_detail(error)})
         err.line(f"{PROG}: error: {render.one_line(str(error))}")
         return 2
     except KeyboardInterrupt as stopped:
-        signum = getattr(stopped, "signum", signal.SIGINT)  # Stopped, live.SignalStop
-        err.line(f"{PROG}: {'interrupted' if signum == signal.SIGINT else 'terminated'}")
-        return 128 + signum
+        _finished()
+        return _stopped(err, stopped)
     except _OutputFailed as failed:
+        _finished()
         return _output_failed(err, failed)
     except BrokenPipeError:
+        _finished()
         _silence_stdout()  # the reader went away (`convstore list | head`)
         return 1
     except Exception as error:
+        _finished()
         if os.environ.get(ENV_DEBUG):
             err.write(traceback.format_exc())
         detail = render.shorten(str(error), 300)
         err.line(f"{PROG}: internal error: {type(error).__name__}: {detail}")
         return 1
     finally:
+        _finished()
         session.close()
 
 

@@ -25,8 +25,10 @@ from convstore.domain.events import (
 )
 from convstore.domain.vocabulary import Source
 from convstore.projections.wording import (
+    OUTCOME_ARROW,
     activity_line,
     activity_outcome,
+    code_of,
     hosted_spend,
     source_line,
     usage_counters,
@@ -36,6 +38,8 @@ __all__ = ["LiveView"]
 
 DIM: Final = "2"
 """The SGR parameter reasoning is shown in."""
+CODE_LINES: Final = 8
+"""Lines of a code run's code shown under its activity line."""
 
 
 class Piece(Protocol):
@@ -80,6 +84,10 @@ class LiveView:
         """`None` outside reasoning; else `open` (showing) or `cut` (first line shown)."""
         self._sources: dict[Source, int] = {}
         self._activities: dict[str, tuple[str, dict[str, Any], str]] = {}
+        self._last_activity: str | None = None
+        """The activity whose line was the last one shown, if any."""
+        self._after_text = False
+        """Whether the last thing shown was answer text (a marker may follow it)."""
 
     # --- output ----------------------------------------------------------------------------
 
@@ -91,13 +99,19 @@ class LiveView:
         else:
             self.out.styled(text, style)
         self._at_line_start = text.endswith("\n")
+        self._after_text = False
         self.out.flush()
+
+    def _text(self, text: str) -> None:
+        self._write(text)
+        self._after_text = bool(text)
 
     def _line(self, text: str, style: str | None = None) -> None:
         """`text` on a line of its own."""
         if not self._at_line_start:
             self._write("\n")
         self._write(text + "\n", style)
+        self._last_activity = None
 
     def _end_reasoning(self) -> None:
         if self._reasoning is not None:
@@ -125,7 +139,7 @@ class LiveView:
         if piece.kind == "text":
             self._end_reasoning()
             self._printed += len(piece.text)
-            self._write(piece.text)
+            self._text(piece.text)
         elif not self.quiet:
             self._reasoning_text(piece.text)
 
@@ -171,7 +185,7 @@ class LiveView:
         self._drafted += len(draft.text)
         missing = self._drafted - self._printed
         if missing > 0:
-            self._write(draft.text[len(draft.text) - missing :])
+            self._text(draft.text[len(draft.text) - missing :])
             self._printed = self._drafted
         if self.quiet:
             return
@@ -180,28 +194,44 @@ class LiveView:
             n = self._sources.setdefault(attribution.source, len(self._sources) + 1)
             if f"[{n}]" not in marks:
                 marks.append(f"[{n}]")
-        self._write("".join(marks))
+        if self._after_text:  # where the text it cites ends; elsewhere the sources suffice
+            self._write("".join(marks))
+            self._after_text = True
 
     def _reasoning_draft(self, draft: Reasoning) -> None:
         if self._reasoning is not None:  # its pieces were shown
             self._end_reasoning()
-            return
-        if draft.redacted:
-            self._line("reasoning: [redacted]", DIM)
         elif draft.text:
             self._reasoning_text(draft.text)
             self._end_reasoning()
+        # Reasoning without text (encrypted, or a bare signature) has nothing to show.
 
     def _activity(self, draft: HostedActivity) -> None:
         self._end_reasoning()
         known = self._activities.get(draft.activity_id)
         name, arguments = (known[0], known[1]) if known is not None else (draft.name, {})
         arguments = arguments or dict(draft.input)
-        if known is None or (not known[1] and arguments):
-            self._line(activity_line(name, arguments))
         self._activities[draft.activity_id] = (name, arguments, draft.state)
-        if draft.state != "started":
-            self._line(f"  {activity_outcome(draft.state, draft.summary)}")
+        if draft.state == "started":
+            if known is None or (not known[1] and arguments):
+                self._show_activity(draft.activity_id, name, arguments)
+            return
+        outcome = activity_outcome(draft.state, draft.summary)
+        if self._last_activity == draft.activity_id:
+            self._line(f"  {OUTCOME_ARROW} {outcome}")
+        else:  # another line came between: say whose outcome it is
+            self._line(activity_line(name, arguments, draft.state, draft.summary))
+
+    def _show_activity(self, activity_id: str, name: str, arguments: dict[str, Any]) -> None:
+        self._line(activity_line(name, arguments))
+        code = code_of(name, arguments)
+        if code is not None:
+            lines = code[0].strip("\n").split("\n")
+            for line in lines[:CODE_LINES]:
+                self._line(f"    {line}")
+            if len(lines) > CODE_LINES:
+                self._line(f"    … ({len(lines) - CODE_LINES} more lines)")
+        self._last_activity = activity_id
 
     def _end_answer(self) -> None:
         if not self._at_line_start:
@@ -210,6 +240,9 @@ class LiveView:
     def _ended(self, end: ResponseEnded) -> None:
         self._end_reasoning()
         self._end_answer()
+        for name, arguments, state in self._activities.values():
+            if state == "started":  # never finished: say how the response left it
+                self._line(activity_line(name, arguments, state, "", end.state))
         if self._sources:
             self._line("")
             self._line("Sources:")
