@@ -227,6 +227,8 @@ class ResponseItem(Item, kw_only=True, tag="response"):
     """The normalized reason it ended."""
     stop_reason: str | None = None
     """The provider's own stop reason, verbatim."""
+    end_reason: str = ""
+    """Why we ended it, not the provider: `interrupted` (a signal while it streamed)."""
     usage: UsageInfo | None = None
     """What the response spent."""
     error: ErrorDetail | None = None
@@ -552,6 +554,7 @@ class PortableFold:
         item.state = event.state
         item.finish_reason = event.finish_reason
         item.stop_reason = event.stop_reason
+        item.end_reason = event.end_reason
         item.end_version = event.originator_version
         item.ended = event.timestamp
         usage = event.usage

@@ -202,6 +202,8 @@ class Response(msgspec.Struct, kw_only=True, tag="response"):
     finish_reason: str | None = None
     stop_reason: str | None = None
     """The provider's own, verbatim."""
+    end_reason: str = ""
+    """Why we ended it (`interrupted`), where we did."""
     usage: UsageInfo | None = None
     error: ErrorDetail | None = None
     notices: list[NoticeInfo] = []
@@ -329,6 +331,7 @@ class _Builder:
             state=item.state,
             finish_reason=item.finish_reason,
             stop_reason=item.stop_reason,
+            end_reason=item.end_reason,
             usage=item.usage,
             error=item.error,
             notices=list(item.notices),

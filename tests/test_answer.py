@@ -121,7 +121,10 @@ def test_a_dry_run_lists_each_call_without_a_result(
     # The pending search keeps its tool declared (the configuration enables none): said so.
     [kept] = [line for line in lines if "kept declared" in line]
     assert "web_search stays declared" in kept and SEARCH in kept
-    assert lines[0] == "nothing is left out replaying to anthropic"
+    assert lines[0] == (
+        "nothing is left out replaying to anthropic (but see below: the provider refuses it"
+        " as it stands)"
+    )
     code, out, _ = run(capsys, *dry, "--json")
     items = json.loads(out)
     [call] = [item for item in items if item["kind"] == "unanswered_call"]

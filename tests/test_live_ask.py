@@ -148,6 +148,13 @@ def test_ask_streams_and_a_signal_keeps_what_arrived(
     assert texts[-1].attributions_complete is False  # the open block: a partial commit
     assert any(t.text.startswith("Uji, a small city") for t in texts)
     assert isinstance(events[-1], TurnEnded) and events[-1].state == "abandoned"
+    shown = subprocess.run(
+        [sys.executable, "-m", "convstore.adapters.cli", "--db", url, "show", conversation],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "response ended: abandoned (interrupted)" in shown
     code = cli.main(["--db", url, "repair", conversation, "--json"])
     assert code == 0
     assert len(stored(url, conversation)) == len(events)  # nothing was left open
@@ -304,6 +311,7 @@ def _refusals(server: ReplayServer, conversation: str) -> dict[tuple[str, str], 
             "gpt-5.1",
             "--continue-on-length",
         ],
+        ("empty question", "the question is empty"): ["ask", "  ", *model, *base],
         ("unknown conversation", "no conversation 00000000-0000-0000-0000-000000000000"): [
             "ask",
             QUESTION,

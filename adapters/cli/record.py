@@ -152,7 +152,8 @@ def replay(args: argparse.Namespace, session: Session) -> int:
         return 0
     left_out = [loss for loss in request.losses if loss.kind != KEPT_DECLARED]
     if not left_out:
-        session.out.line(f"nothing is left out replaying to {args.provider}")
+        refused = " (but see below: the provider refuses it as it stands)" if calls else ""
+        session.out.line(f"nothing is left out replaying to {args.provider}{refused}")
     session.out.lines(transcript.loss_line(loss) for loss in left_out)
     session.out.lines(
         _note_line(loss.version, loss.event, f"kept declared: {loss.reason}")

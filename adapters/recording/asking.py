@@ -106,6 +106,8 @@ def ask(
     provider answers (default: `service`), so a refused `ask` opens no store to write.
     """
     recording = _Writer(writer or _given(service))
+    if not text.strip():
+        raise ConfigurationError("the question is empty: nothing was sent or written")
     provider_adapter = adapter(provider)
     config = load_config(list(cfg))
     settings = _checked(config)

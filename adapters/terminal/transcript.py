@@ -187,7 +187,8 @@ def _response(pad: str, response: Response) -> Iterator[str]:
 def _ended(pad: str, response: Response) -> str:
     if response.state is None:
         return f"{pad}response still open"
-    line = f"{pad}response ended: {response.state} · {response.finish_reason or 'other'}"
+    state = response.state + (f" ({one_line(response.end_reason)})" if response.end_reason else "")
+    line = f"{pad}response ended: {state} · {response.finish_reason or 'other'}"
     if response.stop_reason and response.stop_reason != response.finish_reason:
         line += f" (provider: {one_line(response.stop_reason)})"
     counters = usage_counters(response.usage) if response.usage is not None else []
