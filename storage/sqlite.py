@@ -361,7 +361,8 @@ class SQLiteRecorder(ConversationRecorder):
             return (
                 self._connection()
                 .execute(
-                    "SELECT originator_version, state FROM events WHERE originator_id = ?"
+                    "SELECT originator_version, CAST(state AS BLOB) FROM events"
+                    " WHERE originator_id = ?"
                     " AND originator_version > ? ORDER BY originator_version",
                     (originator_id.bytes, gt),
                 )
@@ -393,7 +394,7 @@ class SQLiteRecorder(ConversationRecorder):
             row = (
                 self._connection()
                 .execute(
-                    "SELECT version, state FROM snapshots WHERE originator_id = ?",
+                    "SELECT version, CAST(state AS BLOB) FROM snapshots WHERE originator_id = ?",
                     (originator_id.bytes,),
                 )
                 .fetchone()
@@ -406,7 +407,7 @@ class SQLiteRecorder(ConversationRecorder):
             rows = (
                 self._connection()
                 .execute(
-                    "SELECT f.originator_id, f.state,"
+                    "SELECT f.originator_id, CAST(f.state AS BLOB),"
                     " (SELECT max(e.originator_version) FROM events e"
                     "  WHERE e.originator_id = f.originator_id)"
                     " FROM events f WHERE f.originator_version = 1 ORDER BY f.id LIMIT ? OFFSET ?",
@@ -426,7 +427,10 @@ class SQLiteRecorder(ConversationRecorder):
         limit: int | None = None,
     ) -> list[StoredEvent]:
         """eventsourcing's select."""
-        statement = "SELECT originator_version, topic, state FROM events WHERE originator_id = ?"
+        statement = (
+            "SELECT originator_version, topic, CAST(state AS BLOB) FROM events"
+            " WHERE originator_id = ?"
+        )
         params: list[Any] = [_key(originator_id)]
         if gt is not None:
             statement += " AND originator_version > ?"
@@ -455,7 +459,9 @@ class SQLiteRecorder(ConversationRecorder):
         inclusive_of_start: bool = True,
     ) -> list[Notification]:
         """Events in notification order from `start`, at most `limit`."""
-        statement = "SELECT id, originator_id, originator_version, topic, state FROM events"
+        statement = (
+            "SELECT id, originator_id, originator_version, topic, CAST(state AS BLOB) FROM events"
+        )
         clauses: list[str] = []
         params: list[Any] = []
         if start is not None:
@@ -500,7 +506,8 @@ class SQLiteRecorder(ConversationRecorder):
             return (
                 self._connection()
                 .execute(
-                    "SELECT id, state FROM events WHERE id > ? AND id <= ? ORDER BY id LIMIT ?",
+                    "SELECT id, CAST(state AS BLOB) FROM events"
+                    " WHERE id > ? AND id <= ? ORDER BY id LIMIT ?",
                     (gt or 0, (1 << 63) - 1 if stop is None else stop, limit),
                 )
                 .fetchall()

@@ -22,7 +22,7 @@ from convstore.adapters import cli
 from convstore.adapters.recording.jobs import ingest
 from convstore.domain import ConversationId, ConversationService, UserMessage
 from convstore.domain.chain import seal
-from convstore.domain.errors import ConfigurationError, ConversationNotFound
+from convstore.domain.errors import ConfigurationError, ConversationNotFound, IntegrityError
 from convstore.projections.audit import audit
 from convstore.projections.verify import (
     VERIFY_SCHEMA,
@@ -456,3 +456,23 @@ def test_progress_shows_on_a_terminal_only(
     assert "verify: verifying 1/1" in terminal.text
     assert terminal.text.endswith("\r")  # the line is cleared afterwards
     assert "\x1b" not in terminal.text
+
+
+def test_a_stored_state_turned_into_invalid_text_is_an_unreadable_event(
+    filled: tuple[Store, list[UUID]], tamper: Tamperer
+) -> None:
+    """An edit that makes a stored state text that is not UTF-8 (on SQLite, `X'FFFE' ||
+    state` stores TEXT) is a break of its chain, and reading it an IntegrityError: never
+    a driver error that stops every other conversation's check."""
+    store, _ = filled
+    conversation, version, _ = tamper.rows()[3]
+    prefix = "X'FFFE'" if tamper.sqlite is not None else "'\\xfffe'::bytea"
+    tamper.run(
+        f"UPDATE events SET state = {prefix} || state"
+        " WHERE originator_id = %s AND originator_version = %s",
+        (conversation, version),
+    )
+    report = verify(store)
+    assert (str(conversation), version) in breaks_of(report)
+    with pytest.raises(IntegrityError):
+        list(store.service.events(ConversationId(conversation)))
