@@ -28,6 +28,7 @@ from convstore.domain.events import (
     UserMessage,
 )
 from convstore.domain.service import (
+    ConversationFilter,
     ConversationRepository,
     ConversationService,
     ConversationSummary,
@@ -65,6 +66,7 @@ __all__ = [
     "ContextInjected",
     "Conversation",
     "ConversationEvent",
+    "ConversationFilter",
     "ConversationId",
     "ConversationRepository",
     "ConversationService",

@@ -56,6 +56,34 @@ class ConversationSummary(msgspec.Struct, frozen=True, kw_only=True):
     created_on: datetime
     events: int
     """How many events the conversation holds."""
+    last_activity_at: datetime | None = None
+    """Its newest event's time (None where the store keeps no catalogue)."""
+    provider: str | None = None
+    """Of its newest response (for a fork without one, its parent's)."""
+    model: str | None = None
+    turns: int | None = None
+    """Its turns (a fork's count its parent's up to the fork point)."""
+    forked_from: ConversationId | None = None
+
+
+class ConversationFilter(msgspec.Struct, frozen=True, kw_only=True):
+    """Which conversations a listing shows: every condition given must hold."""
+
+    provider: str | None = None
+    model: str | None = None
+    since: datetime | None = None
+    """Started at or after."""
+    until: datetime | None = None
+    """Started before."""
+    title: str | None = None
+    """A substring of the title, in any case."""
+    labels: tuple[str, ...] = ()
+    """Labels it has, all of them."""
+
+    @property
+    def empty(self) -> bool:
+        """Whether it lets every conversation through."""
+        return self == ConversationFilter()
 
 
 class ConversationRepository(Protocol):
@@ -78,8 +106,23 @@ class ConversationRepository(Protocol):
         """Stored events in version order, after version `after`."""
         ...
 
-    def summaries(self, *, offset: int = 0, limit: int = 50) -> list[ConversationSummary]:
-        """Conversations in the order they started."""
+    def summaries(
+        self,
+        *,
+        offset: int = 0,
+        limit: int = 50,
+        newest_first: bool = False,
+        where: ConversationFilter | None = None,
+    ) -> list[ConversationSummary]:
+        """Conversations in the order they started (or the reverse), filtered."""
+        ...
+
+    def count(self, where: ConversationFilter | None = None) -> int:
+        """How many conversations `where` lets through."""
+        ...
+
+    def matching(self, prefix: str, *, limit: int) -> list[ConversationId]:
+        """At most `limit` conversations whose id starts with the hex `prefix`."""
         ...
 
     def locate(self, started: ResponseStarted) -> ConversationId | None:
@@ -384,9 +427,27 @@ class ConversationService:
         """One conversation's events in order."""
         return self.repository.events(conversation_id, after=after)
 
-    def list(self, *, offset: int = 0, limit: int = 50) -> list[ConversationSummary]:
-        """A page of conversations, oldest first."""
-        return self.repository.summaries(offset=offset, limit=limit)
+    def matching(self, prefix: str, *, limit: int = 10) -> list[ConversationId]:
+        """At most `limit` conversations whose id starts with the hex `prefix` (dashes
+        as printed allowed)."""
+        return self.repository.matching(prefix, limit=limit)
+
+    def list(
+        self,
+        *,
+        offset: int = 0,
+        limit: int = 50,
+        newest_first: bool = False,
+        where: ConversationFilter | None = None,
+    ) -> list[ConversationSummary]:
+        """A page of conversations, oldest first (or newest), filtered by `where`."""
+        return self.repository.summaries(
+            offset=offset, limit=limit, newest_first=newest_first, where=where
+        )
+
+    def count(self, where: ConversationFilter | None = None) -> int:
+        """How many conversations `where` lets through (every one without it)."""
+        return self.repository.count(where)
 
     def locate(self, started: ResponseStarted) -> ConversationId | None:
         """The conversation that holds the provider response `started` opens, if any: a

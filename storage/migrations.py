@@ -21,8 +21,9 @@ A store created before migrations existed has the tables of `0001_initial` and n
 `migrations` table: it holds `0001_initial`, and the first writer records it.
 
 PostgreSQL statements are formatted with `{s}` (the schema), `{channel}` (the channel
-appends notify), `{append}` (the first append function's name) and `{append_v2}` (the
-one `0002_responses` made, which also indexes provider responses).
+appends notify), `{append}` (the first append function's name), `{append_v2}` (the
+one `0002_responses` made, which also indexes provider responses) and `{append_v3}` (the
+one `0003_catalogue` made, which also writes the conversation's catalogue row).
 """
 
 from __future__ import annotations
@@ -181,12 +182,155 @@ _RESPONSES_POSTGRES: Final = (
     + _APPEND_TAIL,
 )
 
+_TURN_STARTED: Final = "'convstore.domain.events:TurnStarted'"
+_JSON: Final = "CASE WHEN json_valid(CAST({e}.state AS TEXT)) THEN CAST({e}.state AS TEXT) END"
+_STAMP: Final = "strftime('%Y-%m-%dT%H:%M:%fZ', json_extract({j}, '$.timestamp'))"
+_EPOCH: Final = "'1970-01-01T00:00:00.000Z'"
+
+_CATALOGUE_SQLITE: Final = (
+    "CREATE TABLE IF NOT EXISTS catalogue ("
+    " id BLOB PRIMARY KEY, position INTEGER NOT NULL, created_at TEXT, last_activity_at TEXT,"
+    " provider TEXT, model TEXT, turns INTEGER NOT NULL, events INTEGER NOT NULL, title TEXT,"
+    " labels TEXT, forked_from TEXT) WITHOUT ROWID",
+    "CREATE INDEX IF NOT EXISTS catalogue_position ON catalogue (position)",
+    "CREATE INDEX IF NOT EXISTS catalogue_created ON catalogue (created_at)",
+    # Every conversation from its events: an event that is not JSON gives NULLs (its
+    # conversation is listed as before the catalogue, from its first event).
+    "INSERT OR IGNORE INTO catalogue"
+    " SELECT f.originator_id, f.id,"
+    f" coalesce({_STAMP.format(j='f.j')}, {_EPOCH}),"
+    f" coalesce((SELECT {_STAMP.format(j=_JSON.format(e='l'))} FROM events l"
+    "  WHERE l.originator_id = f.originator_id ORDER BY l.originator_version DESC LIMIT 1),"
+    f"  {_STAMP.format(j='f.j')}, {_EPOCH}),"
+    + ",".join(
+        f" (SELECT json_extract({_JSON.format(e='r')}, '$.{field}') FROM events r"
+        f"  JOIN topics t ON t.id = r.topic WHERE t.topic = {_RESPONSE_STARTED}"
+        "  AND r.originator_id = f.originator_id ORDER BY r.originator_version DESC LIMIT 1)"
+        for field in ("provider", "model")
+    )
+    + ", (SELECT count(*) FROM events r JOIN topics t ON t.id = r.topic"
+    f"  WHERE t.topic = {_TURN_STARTED} AND r.originator_id = f.originator_id),"
+    " (SELECT max(r.originator_version) FROM events r WHERE r.originator_id = f.originator_id),"
+    " CASE WHEN json_extract(f.j, '$.type') = 'Started'"
+    "  THEN coalesce(json_extract(f.j, '$.title'), '') END,"
+    " coalesce(json_extract(f.j, '$.labels'), '[]'), json_extract(f.j, '$.forked_from')"
+    f" FROM (SELECT e.id, e.originator_id, {_JSON.format(e='e')} AS j FROM events e"
+    "  WHERE e.originator_version = 1) f",
+    # A fork reads as its parent up to the fork point: its turns count the parent's
+    # there, and without a response of its own it has its parent's provider and model.
+    "UPDATE catalogue SET"
+    " turns = turns + (SELECT count(*) FROM events r JOIN topics t ON t.id = r.topic"
+    f"  WHERE t.topic = {_TURN_STARTED} AND r.originator_id = (SELECT p.id FROM catalogue p"
+    "   WHERE lower(hex(p.id)) = replace(catalogue.forked_from, '-', ''))"
+    "  AND r.originator_version <= (SELECT json_extract(CAST(f.state AS TEXT), '$.forked_at')"
+    "   FROM events f WHERE f.originator_id = catalogue.id AND f.originator_version = 1)),"
+    " provider = coalesce(provider, (SELECT p.provider FROM catalogue p"
+    "  WHERE lower(hex(p.id)) = replace(catalogue.forked_from, '-', ''))),"
+    " model = coalesce(model, (SELECT p.model FROM catalogue p"
+    "  WHERE lower(hex(p.id)) = replace(catalogue.forked_from, '-', '')))"
+    " WHERE forked_from IS NOT NULL",
+)
+
+_CATALOGUE_POSTGRES: Final = (
+    "CREATE TABLE IF NOT EXISTS {s}.catalogue ("
+    " id uuid PRIMARY KEY, position bigint NOT NULL, created_at timestamptz,"
+    " last_activity_at timestamptz, provider text, model text, turns bigint NOT NULL,"
+    " events bigint NOT NULL, title text, labels jsonb, forked_from uuid)",
+    "CREATE INDEX IF NOT EXISTS catalogue_position ON {s}.catalogue (position)",
+    "CREATE INDEX IF NOT EXISTS catalogue_created ON {s}.catalogue (created_at)",
+    "CREATE FUNCTION pg_temp.convstore_json(b bytea) RETURNS jsonb LANGUAGE plpgsql AS $$\n"
+    "BEGIN\n"
+    "  RETURN convert_from(b, 'UTF8')::jsonb;\n"
+    "EXCEPTION WHEN others THEN\n"
+    "  RETURN NULL;\n"
+    "END\n"
+    "$$",
+    "CREATE FUNCTION pg_temp.convstore_uuid(t text) RETURNS uuid LANGUAGE plpgsql AS $$\n"
+    "BEGIN\n"
+    "  RETURN t::uuid;\n"
+    "EXCEPTION WHEN others THEN\n"
+    "  RETURN NULL;\n"
+    "END\n"
+    "$$",
+    "INSERT INTO {s}.catalogue"
+    " SELECT f.originator_id, f.id, coalesce((f.j->>'timestamp')::timestamptz, 'epoch'),"
+    " coalesce((SELECT (pg_temp.convstore_json(l.state)->>'timestamp')::timestamptz"
+    "  FROM {s}.events l WHERE l.originator_id = f.originator_id"
+    "  ORDER BY l.originator_version DESC LIMIT 1), (f.j->>'timestamp')::timestamptz, 'epoch'),"
+    " r.j->>'provider', r.j->>'model',"
+    " (SELECT count(*) FROM {s}.events r JOIN {s}.topics t ON t.id = r.topic"
+    f"  WHERE t.topic = {_TURN_STARTED} AND r.originator_id = f.originator_id),"
+    " (SELECT max(r.originator_version) FROM {s}.events r WHERE r.originator_id = f.originator_id),"
+    " CASE WHEN f.j->>'type' = 'Started' THEN coalesce(f.j->>'title', '') END,"
+    " coalesce(f.j->'labels', '[]'::jsonb), pg_temp.convstore_uuid(f.j->>'forked_from')"
+    " FROM (SELECT e.id, e.originator_id, pg_temp.convstore_json(e.state) j FROM {s}.events e"
+    "  WHERE e.originator_version = 1) f"
+    " LEFT JOIN LATERAL (SELECT pg_temp.convstore_json(r.state) j FROM {s}.events r"
+    "  JOIN {s}.topics t ON t.id = r.topic"
+    f"  WHERE t.topic = {_RESPONSE_STARTED} AND r.originator_id = f.originator_id"
+    "  ORDER BY r.originator_version DESC LIMIT 1) r ON true"
+    " ON CONFLICT (id) DO NOTHING",
+    "UPDATE {s}.catalogue c SET"
+    " turns = c.turns + (SELECT count(*) FROM {s}.events r JOIN {s}.topics t ON t.id = r.topic"
+    f"  WHERE t.topic = {_TURN_STARTED} AND r.originator_id = c.forked_from"
+    "  AND r.originator_version <= (SELECT (pg_temp.convstore_json(f.state)->>'forked_at')::bigint"
+    "   FROM {s}.events f WHERE f.originator_id = c.id AND f.originator_version = 1)),"
+    " provider = coalesce(c.provider, p.provider), model = coalesce(c.model, p.model)"
+    " FROM {s}.catalogue p WHERE p.id = c.forked_from",
+    "DROP FUNCTION pg_temp.convstore_json(bytea)",
+    "DROP FUNCTION pg_temp.convstore_uuid(text)",
+    # The append function gains the catalogue's row: a new name (see `storage.postgres`).
+    "DROP FUNCTION IF EXISTS {s}.{append_v2}("
+    " uuid[], bigint[], integer[], bytea[], uuid, bigint, bytea, text, bigint,"
+    " text[], text[], text[], integer[], uuid[], bigint[])",
+    "CREATE OR REPLACE FUNCTION {s}.{append_v3}("
+    " p_ids uuid[], p_versions bigint[], p_topics integer[], p_states bytea[],"
+    " p_snapshot_id uuid, p_snapshot_version bigint, p_snapshot_state bytea,"
+    " p_tracking_name text, p_tracking_id bigint,"
+    " p_r_providers text[], p_r_servers text[], p_r_ids text[], p_r_attempts integer[],"
+    " p_r_originators uuid[], p_r_versions bigint[],"
+    " p_c_id uuid, p_c_created timestamptz, p_c_last timestamptz, p_c_provider text,"
+    " p_c_model text, p_c_turns bigint, p_c_events bigint, p_c_title text, p_c_labels jsonb,"
+    " p_c_forked_from uuid)"
+    " RETURNS SETOF bigint LANGUAGE plpgsql AS $$\n"
+    "BEGIN\n"
+    "  LOCK TABLE {s}.events IN EXCLUSIVE MODE;\n"
+    "  PERFORM pg_notify({channel}, '');\n"
+    "  IF cardinality(p_r_ids) > 0 THEN\n"
+    "    INSERT INTO {s}.responses\n"
+    "      SELECT * FROM unnest(p_r_providers, p_r_servers, p_r_ids, p_r_attempts,"
+    " p_r_originators, p_r_versions);\n"
+    "  END IF;\n"
+    "  RETURN QUERY INSERT INTO {s}.events (originator_id, originator_version, topic, state)\n"
+    "    SELECT * FROM unnest(p_ids, p_versions, p_topics, p_states) RETURNING id;\n"
+    "  INSERT INTO {s}.catalogue (id, position, turns, events)\n"
+    "    SELECT e.originator_id, e.id, 0, 1 FROM {s}.events e\n"
+    "    WHERE e.originator_id = ANY(p_ids) AND e.originator_version = 1\n"
+    "    ON CONFLICT (id) DO NOTHING;\n"
+    "  IF p_c_id IS NOT NULL THEN\n"
+    "    UPDATE {s}.catalogue c SET created_at = coalesce(c.created_at, p_c_created),\n"
+    "      last_activity_at = p_c_last,\n"
+    "      provider = CASE WHEN p_c_provider IS NULL THEN c.provider ELSE p_c_provider END,\n"
+    "      model = CASE WHEN p_c_provider IS NULL THEN c.model ELSE p_c_model END,\n"
+    "      turns = p_c_turns, events = p_c_events, title = coalesce(p_c_title, c.title),\n"
+    "      labels = coalesce(p_c_labels, c.labels),\n"
+    "      forked_from = coalesce(p_c_forked_from, c.forked_from)\n"
+    "    WHERE c.id = p_c_id;\n"
+    "  END IF;\n" + _APPEND_TAIL,
+)
+
 MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration("0001_initial", sqlite=_INITIAL_SQLITE, postgres=_INITIAL_POSTGRES),
     Migration(
         "0002_responses",
         sqlite=_RESPONSES_SQLITE,
         postgres=_RESPONSES_POSTGRES,
+        readable_without=True,
+    ),
+    Migration(
+        "0003_catalogue",
+        sqlite=_CATALOGUE_SQLITE,
+        postgres=_CATALOGUE_POSTGRES,
         readable_without=True,
     ),
 )

@@ -41,8 +41,11 @@ from eventsourcing.persistence import (
     Tracking,
 )
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
-from convstore.storage import migrations
+from convstore.domain.service import ConversationFilter
+from convstore.storage import catalogue, migrations
+from convstore.storage.catalogue import CatalogueEntry, CatalogueRow
 from convstore.storage.errors import (
     DataError,
     IntegrityError,
@@ -65,10 +68,12 @@ from convstore.storage.recorder import (
 LOCK_TIMEOUT_MS = 5000
 """How long a writer waits for another's lock before a typed OperationalError."""
 
-_APPEND = "append_events_v2"
+_APPEND = "append_events_v3"
 """The append function; a changed body gets a new name, so old and new never mix."""
 _APPEND_V1 = "append_events_v1"
 """The one `0001_initial` made (`0002_responses` replaced it)."""
+_APPEND_V2 = "append_events_v2"
+"""The one `0002_responses` made (`0003_catalogue` replaced it)."""
 
 _ROW = tuple[Any, ...]
 Connection = psycopg.Connection[_ROW]
@@ -113,6 +118,7 @@ class PostgresRecorder(ConversationRecorder):
         self._subscriptions: weakref.WeakSet[PostgresSubscription] = weakref.WeakSet()
         self._topic_ids: dict[str, int] = {}
         self._topics: dict[int, str] = {}
+        self._catalogued: bool | None = None
         self._responses_indexed: bool | None = None
         """Whether the store has the `responses` table (a reader's may lack it)."""
         s = sql.Identifier(schema)
@@ -123,7 +129,9 @@ class PostgresRecorder(ConversationRecorder):
         self._sql["append"] = sql.SQL(
             "SELECT * FROM {s}.{append}(%b::uuid[], %b::bigint[], %b::integer[], %b::bytea[],"
             " %b::uuid, %b::bigint, %b::bytea, %b::text, %b::bigint,"
-            " %b::text[], %b::text[], %b::text[], %b::integer[], %b::uuid[], %b::bigint[])"
+            " %b::text[], %b::text[], %b::text[], %b::integer[], %b::uuid[], %b::bigint[],"
+            " %b::uuid, %b::timestamptz, %b::timestamptz, %b::text, %b::text, %b::bigint,"
+            " %b::bigint, %b::text, %b::jsonb, %b::uuid)"
         ).format(s=s, append=sql.Identifier(_APPEND))
         if read_only:
             with self._using() as connection:
@@ -227,7 +235,8 @@ class PostgresRecorder(ConversationRecorder):
                                 s=s,
                                 channel=channel,
                                 append=sql.Identifier(_APPEND_V1),
-                                append_v2=sql.Identifier(_APPEND),
+                                append_v2=sql.Identifier(_APPEND_V2),
+                                append_v3=sql.Identifier(_APPEND),
                             )
                         )
                     connection.execute(
@@ -316,9 +325,11 @@ class PostgresRecorder(ConversationRecorder):
         stored_events: Sequence[StoredEvent],
         snapshot: SnapshotRecord | None = None,
         responses: Sequence[ResponseRow] = (),
+        catalogue: CatalogueRow | None = None,
     ) -> list[int]:
-        """Insert events (and replace a snapshot, and index responses) in one transaction."""
-        return self._append(stored_events, snapshot, None, responses)
+        """Insert events (and replace a snapshot, index responses, write the catalogue's
+        row) in one transaction."""
+        return self._append(stored_events, snapshot, None, responses, catalogue)
 
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> list[int]:
         """eventsourcing's insert: events, and a `tracking` record if given, atomically."""
@@ -330,6 +341,7 @@ class PostgresRecorder(ConversationRecorder):
         snapshot: SnapshotRecord | None,
         tracking: Tracking | None,
         responses: Sequence[ResponseRow] = (),
+        catalogue: CatalogueRow | None = None,
     ) -> list[int]:
         if not stored_events:
             if tracking is not None:
@@ -355,6 +367,7 @@ class PostgresRecorder(ConversationRecorder):
                     [r.attempt for r in responses],
                     [r.originator_id for r in responses],
                     [r.originator_version for r in responses],
+                    *_catalogue_params(catalogue),
                 ),
             ).fetchall()
         return sorted(row[0] for row in rows)
@@ -395,10 +408,52 @@ class PostgresRecorder(ConversationRecorder):
         rows = self._fetch(self._sql["snapshot"], (originator_id,))
         return SnapshotRecord(originator_id, rows[0][0], rows[0][1]) if rows else None
 
-    def select_first_events(self, *, offset: int = 0, limit: int = 50) -> list[FirstEvent]:
-        """First events in start order, with each conversation's event count."""
-        rows = self._fetch(self._sql["first_events"], (limit, offset))
+    def select_first_events(
+        self, *, offset: int = 0, limit: int = 50, newest_first: bool = False
+    ) -> list[FirstEvent]:
+        """First events in start order (or the reverse), with each conversation's event count."""
+        rows = self._fetch(
+            self._sql["first_events_newest" if newest_first else "first_events"], (limit, offset)
+        )
         return [FirstEvent(key, state, count) for key, state, count in rows]
+
+    def catalogued(self) -> bool:
+        """Whether the schema has the catalogue."""
+        if self._catalogued is None:
+            self._catalogued = self.has_table("catalogue")
+        return self._catalogued
+
+    def _catalogue_sql(self, text: str) -> sql.Composed:
+        return sql.SQL(text).format(
+            catalogue=sql.SQL("{}.catalogue").format(sql.Identifier(self.schema))
+        )
+
+    def select_catalogue(
+        self, where: ConversationFilter, *, offset: int, limit: int, newest_first: bool
+    ) -> list[CatalogueEntry]:
+        """A page of the catalogue's rows `where` lets through."""
+        page, _ = catalogue.listing(where, postgres=True, newest_first=newest_first)
+        _, params = catalogue.where(where, postgres=True)
+        rows = self._fetch(self._catalogue_sql(page), (*params, limit, offset))
+        return [catalogue.entry(row) for row in rows]
+
+    def count_catalogue(self, where: ConversationFilter) -> int:
+        """How many catalogue rows `where` lets through."""
+        _, count = catalogue.listing(where, postgres=True, newest_first=False)
+        _, params = catalogue.where(where, postgres=True)
+        return int(self._fetch(self._catalogue_sql(count), params)[0][0])
+
+    def select_catalogue_entry(self, originator_id: UUID) -> CatalogueEntry | None:
+        """One conversation's catalogue row."""
+        if not self.catalogued():
+            return None
+        rows = self._fetch(self._sql["catalogue_entry"], (originator_id,))
+        return catalogue.entry(rows[0]) if rows else None
+
+    def select_ids(self, low: UUID, high: UUID, limit: int) -> list[UUID]:
+        """Conversation ids from `low` to `high`, from the catalogue (or the events)."""
+        name = "catalogue_ids" if self.catalogued() else "first_ids"
+        return [row[0] for row in self._fetch(self._sql[name], (low, high, limit))]
 
     def select_events(
         self,
@@ -567,6 +622,13 @@ _STATEMENTS = {
     "first_events": "SELECT f.originator_id, f.state,"
     " (SELECT max(e.originator_version) FROM {s}.events e WHERE e.originator_id = f.originator_id)"
     " FROM {s}.events f WHERE f.originator_version = 1 ORDER BY f.id LIMIT %s OFFSET %s",
+    "first_events_newest": "SELECT f.originator_id, f.state,"
+    " (SELECT max(e.originator_version) FROM {s}.events e WHERE e.originator_id = f.originator_id)"
+    " FROM {s}.events f WHERE f.originator_version = 1 ORDER BY f.id DESC LIMIT %s OFFSET %s",
+    "catalogue_entry": f"SELECT {catalogue.COLUMNS} FROM {{s}}.catalogue c WHERE c.id = %s",
+    "catalogue_ids": "SELECT id FROM {s}.catalogue WHERE id BETWEEN %s AND %s ORDER BY id LIMIT %s",
+    "first_ids": "SELECT originator_id FROM {s}.events WHERE originator_id BETWEEN %s AND %s"
+    " AND originator_version = 1 ORDER BY originator_id LIMIT %s",
     "max_id": "SELECT max(id) FROM {s}.events",
     "responses": "SELECT attempt, originator_id, originator_version FROM {s}.responses"
     " WHERE provider = %s AND server = %s AND response_id = %s ORDER BY attempt",
@@ -582,6 +644,25 @@ _STATEMENTS = {
     " set_config('synchronous_commit', 'off', true),"
     " pg_advisory_xact_lock(hashtext('convstore view ' || %s))",
 }
+
+
+def _catalogue_params(row: CatalogueRow | None) -> tuple[Any, ...]:
+    """The append function's catalogue parameters (all NULL without a row)."""
+    if row is None:
+        return (None,) * 10
+    labels = None if row.labels is None else Jsonb(list(row.labels))
+    return (
+        row.originator_id,
+        row.created_at,
+        row.last_activity_at,
+        row.provider,
+        row.model,
+        row.turns,
+        row.events,
+        row.title,
+        labels,
+        row.forked_from,
+    )
 
 
 def _open(connection: Connection) -> bool:

@@ -18,6 +18,9 @@ from uuid import UUID
 import msgspec
 from eventsourcing.persistence import ApplicationRecorder, StoredEvent, TrackingRecorder
 
+from convstore.domain.service import ConversationFilter
+from convstore.storage.catalogue import CatalogueEntry, CatalogueRow
+
 
 class SnapshotRecord(msgspec.Struct, frozen=True):
     """A conversation's state as of one version."""
@@ -81,9 +84,11 @@ class ConversationRecorder(ApplicationRecorder, TrackingRecorder, ABC):
         stored_events: Sequence[StoredEvent],
         snapshot: SnapshotRecord | None = None,
         responses: Sequence[ResponseRow] = (),
+        catalogue: CatalogueRow | None = None,
     ) -> list[int]:
-        """Insert events (and replace a snapshot, and index `responses`) in one
-        transaction; return notification ids.
+        """Insert events (and replace a snapshot, index `responses`, and write `catalogue`
+        over its conversation's catalogue row) in one transaction; return notification
+        ids. Each conversation the events start gets a catalogue row, given or not.
 
         Raises IntegrityError when a (conversation, version) is already taken, and its
         subclass ResponseTaken when a response's key is (nothing written either way).
@@ -103,8 +108,33 @@ class ConversationRecorder(ApplicationRecorder, TrackingRecorder, ABC):
         """The newest snapshot of a conversation, if any."""
 
     @abstractmethod
-    def select_first_events(self, *, offset: int = 0, limit: int = 50) -> list[FirstEvent]:
-        """First events of conversations in the order they were started."""
+    def select_first_events(
+        self, *, offset: int = 0, limit: int = 50, newest_first: bool = False
+    ) -> list[FirstEvent]:
+        """First events of conversations in the order they were started (or the reverse)."""
+
+    @abstractmethod
+    def catalogued(self) -> bool:
+        """Whether the store has the catalogue (`0003_catalogue`; a reader's may lack it)."""
+
+    @abstractmethod
+    def select_catalogue(
+        self, where: ConversationFilter, *, offset: int, limit: int, newest_first: bool
+    ) -> list[CatalogueEntry]:
+        """A page of the catalogue's rows `where` lets through, in start order or reverse."""
+
+    @abstractmethod
+    def count_catalogue(self, where: ConversationFilter) -> int:
+        """How many catalogue rows `where` lets through."""
+
+    @abstractmethod
+    def select_catalogue_entry(self, originator_id: UUID) -> CatalogueEntry | None:
+        """One conversation's catalogue row (None without one, or without a catalogue)."""
+
+    @abstractmethod
+    def select_ids(self, low: UUID, high: UUID, limit: int) -> list[UUID]:
+        """At most `limit` conversation ids from `low` to `high`, in order: a prefix's
+        range, read from the catalogue's index (the events' where there is no catalogue)."""
 
     @abstractmethod
     def select_log(

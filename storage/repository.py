@@ -28,6 +28,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Final, NamedTuple
+from uuid import UUID
 
 import msgspec
 
@@ -45,11 +46,24 @@ from convstore.domain.errors import (
 )
 from convstore.domain.errors import IntegrityError as UnreadableEvent
 from convstore.domain.events import EPOCH, Event, ResponseStarted, Started
-from convstore.domain.service import ConversationSummary
+from convstore.domain.service import ConversationFilter, ConversationSummary
 from convstore.domain.vocabulary import ConversationId
-from convstore.storage.errors import IntegrityError, ResponseTaken
+from convstore.storage.catalogue import (
+    TURN_STARTED,
+    CatalogueEntry,
+    CatalogueRow,
+    catalogue_row,
+    not_a_prefix,
+    prefix_range,
+)
+from convstore.storage.errors import IntegrityError, MigrationRequired, ResponseTaken
 from convstore.storage.mapper import EventMapper
-from convstore.storage.recorder import ConversationRecorder, ResponseRow, SnapshotRecord
+from convstore.storage.recorder import (
+    ConversationRecorder,
+    FirstEvent,
+    ResponseRow,
+    SnapshotRecord,
+)
 
 DEFAULT_SNAPSHOT_EVERY = 500
 DEFAULT_CACHE_SIZE = 1000
@@ -225,7 +239,9 @@ class EventRepository:
                 conversation.id, conversation.version, encode_snapshot(conversation.state)
             )
         try:
-            ids = self.recorder.append(stored, snapshot, responses)
+            ids = self.recorder.append(
+                stored, snapshot, responses, self._catalogue_row(conversation, events)
+            )
         except ResponseTaken:
             raise self._stored_elsewhere(conversation.id, responses) from None
         except IntegrityError:
@@ -310,30 +326,113 @@ class EventRepository:
         decode = self.mapper.decode
         return (decode(state) for _, state in rows)
 
-    def summaries(self, *, offset: int = 0, limit: int = 50) -> list[ConversationSummary]:
-        """Conversations in the order they started."""
-        summaries = []
-        for first in self.recorder.select_first_events(offset=offset, limit=limit):
-            labels: tuple[str, ...]
-            try:
-                started = self.mapper.decode(first.state)
-            except UnreadableEvent:  # listed all the same, said unreadable: never a stop
-                title, labels, created = UNREADABLE_TITLE, (), _stamp(first.state)
-            else:
-                title, labels = (
-                    (started.title, started.labels) if isinstance(started, Started) else ("", ())
-                )
-                created = started.timestamp
-            summaries.append(
-                ConversationSummary(
-                    id=ConversationId(first.originator_id),
-                    title=title,
-                    labels=labels,
-                    created_on=created,
-                    events=first.events,
-                )
+    def _catalogue_row(
+        self, conversation: Conversation, events: Sequence[Event]
+    ) -> CatalogueRow | None:
+        """The catalogue row a save of `events` writes (None on a store without one)."""
+        if not self.recorder.catalogued():
+            return None
+        first, inherited = events[0], None
+        if isinstance(first, Started) and first.forked_from is not None:
+            parent = self.recorder.select_catalogue_entry(first.forked_from)
+            if parent is not None and parent.provider is not None:
+                inherited = parent.provider, parent.model or ""
+        turns = conversation.state.counts.get(TURN_STARTED, 0)
+        return catalogue_row(conversation.id, events, turns=turns, inherited=inherited)
+
+    def summaries(
+        self,
+        *,
+        offset: int = 0,
+        limit: int = 50,
+        newest_first: bool = False,
+        where: ConversationFilter | None = None,
+    ) -> list[ConversationSummary]:
+        """Conversations in the order they started (or the reverse), filtered by `where`:
+        from the catalogue, or from their first events on a store without one (which
+        cannot filter: a reader one migration behind)."""
+        where = where or ConversationFilter()
+        if self.recorder.catalogued():
+            entries = self.recorder.select_catalogue(
+                where, offset=offset, limit=limit, newest_first=newest_first
             )
-        return summaries
+            return [self._entry_summary(entry) for entry in entries]
+        _filters_need_catalogue(where)
+        firsts = self.recorder.select_first_events(
+            offset=offset, limit=limit, newest_first=newest_first
+        )
+        return [self._first_summary(first) for first in firsts]
+
+    def count(self, where: ConversationFilter | None = None) -> int:
+        """How many conversations `where` lets through."""
+        where = where or ConversationFilter()
+        if self.recorder.catalogued():
+            return self.recorder.count_catalogue(where)
+        _filters_need_catalogue(where)
+        return sum(1 for _ in _first_ids(self.recorder))
+
+    def matching(self, prefix: str, *, limit: int) -> list[ConversationId]:
+        """At most `limit` conversations whose id starts with the hex `prefix`."""
+        span = prefix_range(prefix)
+        if span is None:
+            raise not_a_prefix(prefix)
+        low, high = span
+        return [ConversationId(key) for key in self.recorder.select_ids(low, high, limit)]
+
+    def _entry_summary(self, entry: CatalogueEntry) -> ConversationSummary:
+        if entry.title is None:  # not catalogued: read its first and newest events
+            key = entry.originator_id
+            [first] = self.recorder.select_events(key, limit=1)
+            [newest] = self.recorder.select_events(key, desc=True, limit=1)
+            return self._first_summary(FirstEvent(key, first.state, newest.originator_version))
+        return ConversationSummary(
+            id=ConversationId(entry.originator_id),
+            title=entry.title,
+            labels=entry.labels,
+            created_on=entry.created_at or EPOCH,
+            events=entry.events,
+            last_activity_at=entry.last_activity_at,
+            provider=entry.provider,
+            model=entry.model,
+            turns=entry.turns,
+            forked_from=None if entry.forked_from is None else ConversationId(entry.forked_from),
+        )
+
+    def _first_summary(self, first: FirstEvent) -> ConversationSummary:
+        labels: tuple[str, ...]
+        forked_from = None
+        try:
+            started = self.mapper.decode(first.state)
+        except UnreadableEvent:  # listed all the same, said unreadable: never a stop
+            title, labels, created = UNREADABLE_TITLE, (), _stamp(first.state)
+        else:
+            title, labels = ("", ())
+            if isinstance(started, Started):
+                title, labels, forked_from = started.title, started.labels, started.forked_from
+            created = started.timestamp
+        return ConversationSummary(
+            id=ConversationId(first.originator_id),
+            title=title,
+            labels=labels,
+            created_on=created,
+            events=first.events,
+            forked_from=None if forked_from is None else ConversationId(forked_from),
+        )
+
+
+def _filters_need_catalogue(where: ConversationFilter) -> None:
+    if not where.empty:
+        raise MigrationRequired(
+            "listing with a filter needs the catalogue of migration 0003_catalogue, which this"
+            " store lacks: run `convstore --db URL migrate`, then list again"
+        )
+
+
+def _first_ids(recorder: ConversationRecorder) -> Iterator[UUID]:
+    offset = 0
+    while page := recorder.select_first_events(offset=offset, limit=1000):
+        yield from (first.originator_id for first in page)
+        offset += len(page)
 
 
 def _indexed(started: ResponseStarted) -> bool:

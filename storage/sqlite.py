@@ -22,9 +22,12 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+import msgspec
 from eventsourcing.persistence import Notification, StoredEvent, Subscription, Tracking
 
-from convstore.storage import migrations
+from convstore.domain.service import ConversationFilter
+from convstore.storage import catalogue, migrations
+from convstore.storage.catalogue import CatalogueEntry, CatalogueRow, sqlite_stamp
 from convstore.storage.errors import (
     IntegrityError,
     OperationalError,
@@ -133,6 +136,7 @@ class SQLiteRecorder(ConversationRecorder):
         self._guard = threading.Lock()
         self._topic_ids: dict[str, int] = {}
         self._topics: dict[int, str] = {}
+        self._catalogued: bool | None = None
         if read_only:
             if self.path == ":memory:" or not Path(self.path).is_file():
                 raise StoreNotFound(
@@ -276,9 +280,11 @@ class SQLiteRecorder(ConversationRecorder):
         stored_events: Sequence[StoredEvent],
         snapshot: SnapshotRecord | None = None,
         responses: Sequence[ResponseRow] = (),
+        catalogue: CatalogueRow | None = None,
     ) -> list[int]:
-        """Insert events (and replace a snapshot, and index responses) in one transaction."""
-        return self._write(stored_events, snapshot, None, responses)
+        """Insert events (and replace a snapshot, index responses, write the catalogue's
+        row) in one transaction."""
+        return self._write(stored_events, snapshot, None, responses, catalogue)
 
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> list[int]:
         """eventsourcing's insert: events, and a `tracking` record if given, atomically."""
@@ -290,6 +296,7 @@ class SQLiteRecorder(ConversationRecorder):
         snapshot: SnapshotRecord | None,
         tracking: Tracking | None,
         responses: Sequence[ResponseRow] = (),
+        catalogue: CatalogueRow | None = None,
     ) -> list[int]:
         # Every append's path: one try for the driver's errors and the transaction, with
         # no context managers (the work of `translating` and `_Transaction`, inline).
@@ -314,6 +321,7 @@ class SQLiteRecorder(ConversationRecorder):
                         ],
                     )
                 ids = self._insert(connection, stored_events, topics)
+                _catalogue(connection, stored_events, catalogue)
                 if snapshot is not None:
                     connection.execute(
                         "INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?)",
@@ -401,8 +409,10 @@ class SQLiteRecorder(ConversationRecorder):
             )
         return None if row is None else SnapshotRecord(originator_id, row[0], row[1])
 
-    def select_first_events(self, *, offset: int = 0, limit: int = 50) -> list[FirstEvent]:
-        """First events in start order, with each conversation's event count."""
+    def select_first_events(
+        self, *, offset: int = 0, limit: int = 50, newest_first: bool = False
+    ) -> list[FirstEvent]:
+        """First events in start order (or the reverse), with each conversation's event count."""
         with translating():
             rows = (
                 self._connection()
@@ -410,12 +420,68 @@ class SQLiteRecorder(ConversationRecorder):
                     "SELECT f.originator_id, CAST(f.state AS BLOB),"
                     " (SELECT max(e.originator_version) FROM events e"
                     "  WHERE e.originator_id = f.originator_id)"
-                    " FROM events f WHERE f.originator_version = 1 ORDER BY f.id LIMIT ? OFFSET ?",
+                    " FROM events f WHERE f.originator_version = 1"
+                    f" ORDER BY f.id {'DESC' if newest_first else 'ASC'} LIMIT ? OFFSET ?",
                     (limit, offset),
                 )
                 .fetchall()
             )
         return [FirstEvent(UUID(bytes=key), state, count) for key, state, count in rows]
+
+    def catalogued(self) -> bool:
+        """Whether the file has the catalogue."""
+        if self._catalogued is None:
+            self._catalogued = self.has_table("catalogue")
+        return self._catalogued
+
+    def select_catalogue(
+        self, where: ConversationFilter, *, offset: int, limit: int, newest_first: bool
+    ) -> list[CatalogueEntry]:
+        """A page of the catalogue's rows `where` lets through."""
+        page, _ = catalogue.listing(where, postgres=False, newest_first=newest_first)
+        _, params = catalogue.where(where, postgres=False)
+        with translating():
+            rows = (
+                self._connection()
+                .execute(page.format(catalogue="catalogue"), (*params, limit, offset))
+                .fetchall()
+            )
+        return [catalogue.entry(row) for row in rows]
+
+    def count_catalogue(self, where: ConversationFilter) -> int:
+        """How many catalogue rows `where` lets through."""
+        _, count = catalogue.listing(where, postgres=False, newest_first=False)
+        _, params = catalogue.where(where, postgres=False)
+        with translating():
+            row = self._connection().execute(count.format(catalogue="catalogue"), params)
+            return int(row.fetchone()[0])
+
+    def select_catalogue_entry(self, originator_id: UUID) -> CatalogueEntry | None:
+        """One conversation's catalogue row."""
+        if not self.catalogued():
+            return None
+        with translating():
+            row = (
+                self._connection()
+                .execute(
+                    f"SELECT {catalogue.COLUMNS} FROM catalogue c WHERE c.id = ?",
+                    (originator_id.bytes,),
+                )
+                .fetchone()
+            )
+        return None if row is None else catalogue.entry(row)
+
+    def select_ids(self, low: UUID, high: UUID, limit: int) -> list[UUID]:
+        """Conversation ids from `low` to `high`, from the catalogue (or the events)."""
+        statement = (
+            "SELECT id FROM catalogue WHERE id BETWEEN ? AND ? ORDER BY id LIMIT ?"
+            if self.catalogued()
+            else "SELECT originator_id FROM events WHERE originator_id BETWEEN ? AND ?"
+            " AND originator_version = 1 ORDER BY originator_id LIMIT ?"
+        )
+        with translating():
+            rows = self._connection().execute(statement, (low.bytes, high.bytes, limit))
+            return [UUID(bytes=row[0]) for row in rows.fetchall()]
 
     def select_events(
         self,
@@ -598,6 +664,49 @@ class SQLiteRecorder(ConversationRecorder):
                 yield cursor
             finally:
                 cursor.close()
+
+
+_CATALOGUE_FIRST = (
+    "INSERT OR IGNORE INTO catalogue (id, position, turns, events)"
+    " SELECT originator_id, id, 0, 1 FROM events WHERE originator_id = ? AND originator_version = 1"
+)
+_CATALOGUE_ROW = (
+    "UPDATE catalogue SET created_at = coalesce(created_at, :created), last_activity_at = :last,"
+    " provider = CASE WHEN :provider IS NULL THEN provider ELSE :provider END,"
+    " model = CASE WHEN :provider IS NULL THEN model ELSE :model END,"
+    " turns = :turns, events = :events, title = coalesce(:title, title),"
+    " labels = coalesce(:labels, labels), forked_from = coalesce(:forked_from, forked_from)"
+    " WHERE id = :id"
+)
+
+
+def _catalogue(
+    connection: sqlite3.Connection, stored_events: Sequence[StoredEvent], row: CatalogueRow | None
+) -> None:
+    """The catalogue's rows of an append: one for each conversation it starts, and `row`."""
+    if row is None and not any(s.originator_version == 1 for s in stored_events):
+        return
+    connection.executemany(
+        _CATALOGUE_FIRST,
+        [(_key(s.originator_id),) for s in stored_events if s.originator_version == 1],
+    )
+    if row is None:
+        return
+    connection.execute(
+        _CATALOGUE_ROW,
+        {
+            "created": None if row.created_at is None else sqlite_stamp(row.created_at),
+            "last": sqlite_stamp(row.last_activity_at),
+            "provider": row.provider,
+            "model": row.model,
+            "turns": row.turns,
+            "events": row.events,
+            "title": row.title,
+            "labels": None if row.labels is None else msgspec.json.encode(row.labels).decode(),
+            "forked_from": None if row.forked_from is None else str(row.forked_from),
+            "id": row.originator_id.bytes,
+        },
+    )
 
 
 def _begin(connection: sqlite3.Connection, timeout_ms: int) -> None:
