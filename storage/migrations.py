@@ -10,9 +10,10 @@ the schema it holds. The rules, as well-kept SQLite tools have them:
 - **A writer migrates.** Opening a store to write applies what is missing, each migration
   in a transaction of its own (its statements and its `migrations` row commit together),
   re-checked under the lock so concurrent writers apply each exactly once.
-- **A reader never migrates.** A read-only reader reads a store that lacks only the newest
-  migration when that migration says readers can do without it (`readable_without`);
-  otherwise it refuses, naming the migration and `convstore migrate`.
+- **A reader never migrates.** A read-only reader reads a store that lacks only
+  migrations that say readers can do without them (`readable_without`: `0002_responses`
+  and `0003_catalogue` each add a table the reader does without); otherwise it refuses,
+  naming the migrations and `convstore migrate`.
 - **A newer store is refused.** A store that has applied a migration this version does not
   know (or another history) was written by a newer convstore: it is refused by name,
   before anything is read or written.
@@ -381,11 +382,11 @@ def missing(applied: Sequence[str], known: Sequence[Migration], *, where: str) -
 def check_readable(applied: Sequence[str], known: Sequence[Migration], *, where: str) -> None:
     """Raise MigrationRequired unless a read-only reader can read a store at `applied`.
 
-    Up to date is readable; so is a store lacking only the newest migration when that
-    migration is `readable_without`. Raises NewerSchema for a newer store.
+    Up to date is readable; so is a store lacking only migrations that are
+    `readable_without`. Raises NewerSchema for a newer store.
     """
     lacking = missing(applied, known, where=where)
-    if not lacking or (len(lacking) == 1 and lacking[0].readable_without):
+    if all(migration.readable_without for migration in lacking):
         return
     if not applied:
         raise StoreNotFound(

@@ -185,7 +185,7 @@ def test_a_store_from_before_migrations_is_read_then_migrated(legacy_url: str) -
     assert _snapshot_of(legacy_url) == before
 
     with open_store(legacy_url) as writer:
-        assert writer.recorder.migrated == ("0001_initial", "0002_responses")
+        assert writer.recorder.migrated == ("0001_initial", "0002_responses", "0003_catalogue")
         assert _names(writer.recorder) == [m.name for m in MIGRATIONS]
         report = verify(writer)
         assert report.intact
@@ -313,10 +313,10 @@ def test_convstore_migrate_applies_in_place(
 ) -> None:
     assert cli.main(["--db", legacy_url, "migrate", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["applied"] == ["0001_initial", "0002_responses"]
+    assert report["applied"] == ["0001_initial", "0002_responses", "0003_catalogue"]
     assert [m["name"] for m in report["migrations"]] == [m.name for m in MIGRATIONS]
     assert cli.main(["--db", legacy_url, "migrate"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("up to date: 2 migrations, latest 0002_responses")
+    assert out.startswith("up to date: 3 migrations, latest 0003_catalogue")
     with open_store(legacy_url, read_only=True) as reader:
         assert _names(reader.recorder) == [m.name for m in MIGRATIONS]
