@@ -89,6 +89,10 @@ class ConversationNotFound(ConvstoreError, KeyError):
         return str(self.args[0]) if self.args else "conversation not found"
 
 
+class AmbiguousId(ConversationNotFound):
+    """A short id more than one conversation's id starts with; nothing was done."""
+
+
 class ConcurrencyConflict(ConvstoreError):
     """Another writer appended to the conversation first; reload and retry."""
 

@@ -6,6 +6,7 @@ import argparse
 import os
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,10 +19,11 @@ from convstore.adapters.cli.registry import (
     command,
     json_flag,
     positive_number,
+    resolve_id,
     whole_number,
 )
 from convstore.adapters.terminal import render, transcript
-from convstore.domain import ConversationId, parse_conversation_id
+from convstore.domain import ConversationFilter, ConversationId, ConversationSummary
 from convstore.domain.errors import ConfigurationError, IntegrityError
 
 if TYPE_CHECKING:
@@ -29,21 +31,91 @@ if TYPE_CHECKING:
     from convstore.projections.portable import PortableConversation
 
 
+LIST_HEADER = f"{'ID':<8}  {'STARTED':<23}  {'PROVIDER/MODEL':<28}  {'TURNS':>5}  TITLE"
+"""The listing's header, its columns as wide as `transcript.summary_line`'s."""
+
+
+def _moment(text: str) -> datetime:
+    """An ISO 8601 date or date and time, in UTC unless it names its offset."""
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{render.shorten(text, 40)!r} is not an ISO 8601 date or time (such as "
+            "2026-01-31 or 2026-01-31T12:00)"
+        ) from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _until(text: str) -> datetime:
+    """`--until`: a date reaches to the end of that day; a time is the bound itself."""
+    moment = _moment(text)
+    return moment + timedelta(days=1) if len(text.strip()) == 10 else moment
+
+
 def _list_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--offset", type=whole_number, default=0, help="skip N conversations")
     parser.add_argument("--limit", type=positive_number, default=50, help="show at most N (50)")
+    parser.add_argument("--oldest", action="store_true", help="oldest first (default: newest)")
+    parser.add_argument("--provider", help="only those whose newest response is this provider's")
+    parser.add_argument("--model", help="only those whose newest response is this model's")
+    parser.add_argument(
+        "--since", type=_moment, metavar="WHEN", help="started at or after (ISO 8601, UTC)"
+    )
+    parser.add_argument(
+        "--until", type=_until, metavar="WHEN", help="started before (a date: up to its end)"
+    )
+    parser.add_argument("--title", metavar="TEXT", help="titles holding TEXT, in any case")
+    parser.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="L",
+        help="with label L (repeatable: all of them)",
+    )
     json_flag(parser)
 
 
-@command("list", "list conversations, oldest first", _list_arguments)
+@command("list", "list conversations, newest first", _list_arguments)
 def list_conversations(args: argparse.Namespace, session: Session) -> int:
-    """One line per conversation: id, created, events, title."""
-    summaries = session.reader.service.list(offset=args.offset, limit=args.limit)
+    """A header, one line per conversation (short id, started, provider/model, turns,
+    title), then how many of how many are shown; with `--json`, every field."""
+    where = ConversationFilter(
+        provider=args.provider,
+        model=args.model,
+        since=args.since,
+        until=args.until,
+        title=args.title,
+        labels=tuple(args.label),
+    )
+    service = session.reader.service
+    summaries = service.list(
+        offset=args.offset, limit=args.limit, newest_first=not args.oldest, where=where
+    )
     if args.json:
-        session.out.json_array(transcript.to_data(summary) for summary in summaries)
-    else:
+        session.out.json_array(_summary_data(summary) for summary in summaries)
+        return 0
+    total = service.count(where)
+    if summaries:
+        session.out.line(LIST_HEADER)
         session.out.lines(transcript.summary_line(summary) for summary in summaries)
+    start = f" (from {args.offset + 1:,})" if args.offset and summaries else ""
+    session.out.line(f"{len(summaries):,} of {total:,} shown{start}")
     return 0
+
+
+def _summary_data(summary: ConversationSummary) -> dict[str, Any]:
+    """A listed conversation as JSON: today's keys, and `conversation_id`, `created_at`."""
+    data: dict[str, Any] = transcript.to_data(summary)
+    data["conversation_id"] = data["id"]
+    data["created_at"] = _iso(summary.created_on)
+    last = summary.last_activity_at
+    data["last_activity_at"] = None if last is None else _iso(last)
+    return data
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def _show_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,7 +139,7 @@ def show(args: argparse.Namespace, session: Session) -> int:
 
     if args.chain and not args.json:
         raise ConfigurationError("--chain shapes the --json output: use it with --json")
-    conversation_id = parse_conversation_id(args.id)
+    conversation_id = resolve_id(session.reader, args.id)
     store = session.reader
     try:
         everything = store.service.history(conversation_id)  # a fork's parent's first
@@ -140,7 +212,7 @@ def export_command(args: argparse.Namespace, session: Session) -> int:
     args.output = Path(args.output) if args.output is not None else None
     run = _Export(args, session)
     if args.id is not None:
-        conversation_id = parse_conversation_id(args.id)
+        conversation_id = resolve_id(session.reader, args.id)
         try:
             conversation = portable.load(session.reader.service, conversation_id, read_payload)
         except IntegrityError as error:

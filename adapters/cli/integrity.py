@@ -15,9 +15,9 @@ from convstore.adapters.cli.registry import (
     command,
     json_flag,
     read_file,
+    resolve_id,
 )
 from convstore.adapters.terminal import render
-from convstore.domain import parse_conversation_id
 from convstore.domain.errors import IntegrityError
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ def audit_command(args: argparse.Namespace, session: Session) -> int:
     store = session.reader
     service = store.service
     one = args.id is not None
-    ids = [parse_conversation_id(args.id)] if one else list(all_ids(store))
+    ids = [resolve_id(store, args.id)] if one else list(all_ids(store))
     progress = Progress(session.err, "audit") if args.all else None
     broken = 0
 
@@ -141,7 +141,7 @@ def verify_command(args: argparse.Namespace, session: Session) -> int:
     anchors = None
     if args.anchor is not None:
         anchors = verify.parse_anchors(read_file(args.anchor), source=str(args.anchor))
-    conversation = parse_conversation_id(args.id) if args.id is not None else None
+    conversation = resolve_id(session.reader, args.id) if args.id is not None else None
     progress = Progress(session.err, "verify") if conversation is None else None
     try:
         report = verify.verify(session.reader, conversation, anchors=anchors, progress=progress)

@@ -20,6 +20,7 @@ from convstore.adapters.cli.registry import (
     positive_number,
     provider_name,
     read_file,
+    resolve_id,
 )
 from convstore.adapters.recording import jobs
 from convstore.adapters.terminal import render, transcript
@@ -131,7 +132,7 @@ def replay(args: argparse.Namespace, session: Session) -> int:
     the loss report instead: what the request leaves out, the hosted tools kept declared
     for pending work, and the client tool calls without a result (the provider refuses
     the request until each has one)."""
-    conversation = parse_conversation_id(args.id)
+    conversation = resolve_id(session.reader, args.id)
     events = session.reader.service.history(conversation)
     request = jobs.replay(
         session.reader.service,
@@ -329,7 +330,7 @@ def fork(args: argparse.Namespace, session: Session) -> int:
     """A new conversation recorded as forked from (ID, VERSION): it stores that reference,
     never a copy; its readings fold ID up to VERSION, then its own events. Exit 2 (nothing
     written) for a version ID does not have, or one inside a response."""
-    parent = parse_conversation_id(args.id)
+    parent = resolve_id(session.store, args.id)
     forked = session.service.fork(parent, at=args.at, title=args.title or "")
     if args.json:
         session.out.json(
@@ -358,7 +359,7 @@ def repair(args: argparse.Namespace, session: Session) -> int:
     """Append the repairs (never rewrites): the open response ends abandoned, every
     unanswered client tool call gets a synthetic error result. A response whose writer is
     alive is refused (exit 2, nothing written) unless `--force`."""
-    recorded = session.service.repair(parse_conversation_id(args.id), force=args.force)
+    recorded = session.service.repair(resolve_id(session.store, args.id), force=args.force)
     if args.json:
         session.out.json_array(transcript.to_data(event) for event in recorded)
     elif not recorded:
@@ -392,7 +393,7 @@ def answer(args: argparse.Namespace, session: Session) -> int:
     tool call for (a hosted activity's included), a call already answered, a file that
     cannot be read or is not UTF-8 text, or a live writer holding a response open in the
     conversation (a response whose writer is gone is closed first)."""
-    conversation = parse_conversation_id(args.id)
+    conversation = resolve_id(session.store, args.id)
     service = session.service
     if args.result_file is not None:
         content = _result_text(args.result_file, service.max_event_bytes)

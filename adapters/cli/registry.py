@@ -244,6 +244,39 @@ class LogLines:
         self.logger.setLevel(self.saved)
 
 
+SHOWN_CANDIDATES = 10
+"""How many conversations an ambiguous short id names."""
+
+
+def resolve_id(store: Store, text: str) -> ConversationId:
+    """The conversation `text` names: its full id, or a unique prefix of at least four hex
+    digits (dashes as printed allowed), as git takes commits; found in the store's
+    catalogue. An ambiguous prefix raises AmbiguousId naming the candidates, one that
+    matches nothing ConversationNotFound (exit 2 either way, nothing done)."""
+    from uuid import UUID
+
+    from convstore.domain.errors import AmbiguousId, ConversationNotFound
+
+    shown = render.one_line(text)
+    try:
+        return ConversationId(UUID(text.strip()))
+    except ValueError:
+        pass
+    found = store.service.matching(text, limit=SHOWN_CANDIDATES + 1)
+    if not found:
+        raise ConversationNotFound(
+            f"no conversation's id starts with {shown!r} (`{PROG} list` shows them)"
+        )
+    if len(found) > 1:
+        more = " and more" if len(found) > SHOWN_CANDIDATES else ""
+        names = ", ".join(str(c) for c in found[:SHOWN_CANDIDATES])
+        raise AmbiguousId(
+            f"{shown!r} is the start of more than one conversation's id: {names}{more};"
+            " give more of it"
+        )
+    return found[0]
+
+
 def all_ids(store: Store) -> Iterator[ConversationId]:
     """Every conversation's id, in the order they started, without decoding an event: one
     whose first event this version cannot read is listed too (`--all` names it, and goes on)."""

@@ -89,9 +89,15 @@ def to_data(value: Any) -> Any:
 
 
 def summary_line(summary: ConversationSummary) -> str:
-    """One listing line: id, created, events, title."""
+    """One listing line: short id (8), started, provider/model (28), turns (5), title
+    (`adapters.cli.conversations.LIST_HEADER` names the columns)."""
     title = one_line(summary.title) or "(untitled)"
-    return f"{summary.id}  {when(summary.created_on)}  {summary.events:>6}  {title}"
+    made = "/".join(one_line(part) for part in (summary.provider, summary.model) if part)
+    made = made if len(made) <= 28 else made[:27] + "…"
+    turns = "-" if summary.turns is None else str(summary.turns)
+    return (
+        f"{str(summary.id)[:8]}  {when(summary.created_on)}  {made or '-':<28}  {turns:>5}  {title}"
+    )
 
 
 def transcript(events: Iterable[Event], interpret: Interpret | None = None) -> Iterator[str]:
