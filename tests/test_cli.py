@@ -149,12 +149,13 @@ def test_list_prints_one_line_per_conversation(
         second = store.service.start("Second\nconversation")
     code, out, err = run(capsys, "--db", url, "list")
     assert (code, err) == (0, "")
-    lines = out.splitlines()
-    assert len(lines) == 2
-    assert lines[0].startswith(str(sample_id))
-    assert lines[0].endswith("  15  Matcha in Uji")
-    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", lines[0])
-    assert lines[1].startswith(str(second)) and lines[1].endswith("  1  Second conversation")
+    header, *lines, closing = out.splitlines()
+    assert header.split() == ["ID", "STARTED", "PROVIDER/MODEL", "TURNS", "TITLE"]
+    assert len(lines) == 2 and closing == "2 of 2 shown"  # newest first
+    assert lines[1].startswith(str(sample_id)[:8] + "  ")
+    assert lines[1].endswith("  anthropic/claude-sonnet-4-5       1  Matcha in Uji")
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", lines[1])
+    assert lines[0].startswith(str(second)[:8]) and lines[0].endswith("  0  Second conversation")
 
 
 def test_list_pages_with_offset_and_limit(capsys: pytest.CaptureFixture[str], url: str) -> None:
@@ -162,7 +163,11 @@ def test_list_pages_with_offset_and_limit(capsys: pytest.CaptureFixture[str], ur
         ids = [store.service.start(f"c{n}") for n in range(5)]
     code, out, _ = run(capsys, "--db", url, "list", "--offset", "1", "--limit", "2")
     assert code == 0
-    assert [line.split()[0] for line in out.splitlines()] == [str(i) for i in ids[1:3]]
+    lines = out.splitlines()
+    assert [line.split()[0] for line in lines[1:-1]] == [str(i)[:8] for i in ids[3:1:-1]]
+    assert lines[-1] == "2 of 5 shown (from 2)"
+    code, out, _ = run(capsys, "--db", url, "list", "--oldest", "--offset", "1", "--limit", "2")
+    assert [line.split()[0] for line in out.splitlines()[1:-1]] == [str(i)[:8] for i in ids[1:3]]
 
 
 def test_list_json_shape(
@@ -177,8 +182,16 @@ def test_list_json_shape(
         "labels": ["demo", "web-search"],
         "created_on": summary["created_on"],
         "events": 15,
+        "conversation_id": str(sample_id),
+        "created_at": summary["created_at"],
+        "last_activity_at": summary["last_activity_at"],
+        "provider": "anthropic",
+        "model": "claude-sonnet-4-5",
+        "turns": 1,
+        "forked_from": None,
     }
-    assert summary["created_on"].endswith("+00:00")
+    assert summary["created_on"].endswith("+00:00") and summary["created_at"].endswith("Z")
+    assert summary["last_activity_at"] >= summary["created_at"]
 
 
 def test_db_defaults_to_the_environment(
@@ -189,12 +202,12 @@ def test_db_defaults_to_the_environment(
 ) -> None:
     monkeypatch.setenv("CONVSTORE_URL", url)
     code, out, _ = run(capsys, "list")
-    assert code == 0 and out.startswith(str(sample_id))
+    assert code == 0 and out.splitlines()[1].startswith(str(sample_id)[:8])
 
 
 def test_empty_store_lists_nothing(capsys: pytest.CaptureFixture[str], url: str) -> None:
     assert run(capsys, "--db", url, "migrate")[0] == 0  # a writer makes the store
-    assert run(capsys, "--db", url, "list") == (0, "", "")
+    assert run(capsys, "--db", url, "list") == (0, "0 of 0 shown\n", "")
     assert run(capsys, "--db", url, "list", "--json") == (0, "[\n]\n", "")
 
 

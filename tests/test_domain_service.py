@@ -44,7 +44,7 @@ from convstore.domain.errors import (
     ResponseStillOpen,
     WriterAlive,
 )
-from convstore.domain.service import INTERRUPTED_RESULT
+from convstore.domain.service import INTERRUPTED_RESULT, ConversationFilter
 from convstore.domain.vocabulary import Lifecycle
 from convstore.domain.writers import WriterStatus, process_writer_id
 
@@ -83,11 +83,33 @@ class InMemoryRepository:
             raise ConversationNotFound(f"no conversation {conversation_id}") from None
         return iter([_decode(state) for state in stored[after:]])
 
-    def summaries(self, *, offset: int = 0, limit: int = 50) -> list[ConversationSummary]:
+    def summaries(
+        self,
+        *,
+        offset: int = 0,
+        limit: int = 50,
+        newest_first: bool = False,
+        where: ConversationFilter | None = None,
+    ) -> list[ConversationSummary]:
+        chosen = [s for s in self._all() if _lets_through(where or ConversationFilter(), s)]
+        if newest_first:
+            chosen.reverse()
+        return chosen[offset : offset + limit]
+
+    def count(self, where: ConversationFilter | None = None) -> int:
+        return len(self.summaries(limit=len(self.stored), where=where))
+
+    def matching(self, prefix: str, *, limit: int) -> list[ConversationId]:
+        digits = prefix.replace("-", "").lower()
+        return sorted(c for c in self.stored if c.hex.startswith(digits))[:limit]
+
+    def _all(self) -> list[ConversationSummary]:
         out = []
-        for conversation_id, stored in list(self.stored.items())[offset : offset + limit]:
+        for conversation_id, stored in self.stored.items():
             first = _decode(stored[0])
             assert isinstance(first, Started)
+            events = [_decode(state) for state in stored]
+            responses = [e for e in events if isinstance(e, ResponseStarted)]
             out.append(
                 ConversationSummary(
                     id=conversation_id,
@@ -95,6 +117,8 @@ class InMemoryRepository:
                     labels=first.labels,
                     created_on=first.timestamp,
                     events=len(stored),
+                    provider=responses[-1].provider if responses else None,
+                    model=responses[-1].model if responses else None,
                 )
             )
         return out
@@ -102,6 +126,18 @@ class InMemoryRepository:
     def verify(self, conversation_id: ConversationId) -> list[object]:
         stored = self.stored[conversation_id]
         return list(verify_stored((n, s) for n, s in enumerate(stored, start=1)))
+
+
+def _lets_through(where: ConversationFilter, summary: ConversationSummary) -> bool:
+    """The filter over what the fake repository keeps (every condition must hold)."""
+    return (
+        where.provider in (None, summary.provider)
+        and where.model in (None, summary.model)
+        and (where.since is None or summary.created_on >= where.since)
+        and (where.until is None or summary.created_on < where.until)
+        and (where.title is None or where.title.lower() in summary.title.lower())
+        and set(where.labels) <= set(summary.labels)
+    )
 
 
 R1, R2 = ResponseId("msg_1"), ResponseId("msg_2")
@@ -210,6 +246,10 @@ def test_list_pages_in_start_order(service: ConversationService) -> None:
     assert [s.events for s in flat] == [1, 1, 1, 3, 1]
     assert [s.created_on for s in flat] == sorted(s.created_on for s in flat)
     assert service.list() == flat
+    assert service.list(newest_first=True) == flat[::-1]
+    assert service.list(where=ConversationFilter(labels=("n3",))) == [flat[3]]
+    assert service.count(ConversationFilter(title="C")) == 5
+    assert service.matching(str(ids[2])[:13]) == [ids[2]]
 
 
 def test_racing_writers_get_one_success_and_one_conflict(

@@ -115,7 +115,7 @@ def _summary_data(summary: ConversationSummary) -> dict[str, Any]:
 
 
 def _iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def _show_arguments(parser: argparse.ArgumentParser) -> None:
