@@ -298,3 +298,27 @@ def test_the_migration_backfills_an_old_store(store_url: str) -> None:
             assert summary.provider == (responses[-1].provider if responses else None)
             assert summary.last_activity_at is not None
             assert abs((summary.last_activity_at - own[-1].timestamp).total_seconds()) < 0.001
+
+
+def test_a_reader_lists_a_store_without_the_catalogue(
+    store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A store from before the catalogue, read without migrating: `list` reads the first
+    events (newest first, the count line too), a short id is found among the events, and
+    a filter, which needs the catalogue, is refused with what to run."""
+    from tests.test_migrations import _load_fixture, _snapshot_of
+
+    _load_fixture(store_url)
+    before = _snapshot_of(store_url)
+    with open_store(store_url, read_only=True) as reader:
+        oldest = [s.id for s in reader.service.list(limit=100)]
+    code, out, err = _run(capsys, "--db", store_url, "list")
+    lines = out.splitlines()
+    assert (code, err) == (0, "")
+    assert [line[:8] for line in lines[1:-1]] == [str(c)[:8] for c in reversed(oldest)]
+    assert lines[-1] == f"{len(oldest)} of {len(oldest)} shown"
+    code, out, _ = _run(capsys, "--db", store_url, "show", str(oldest[0])[:8], "--json")
+    assert code == 0 and json.loads(out)[0]["originator_id"] == str(oldest[0])
+    code, _, err = _run(capsys, "--db", store_url, "list", "--title", "x")
+    assert code == 2 and "0003_catalogue" in err and "migrate" in err
+    assert _snapshot_of(store_url) == before  # nothing written
