@@ -128,9 +128,14 @@ def test_the_migration_indexes_the_first_copy_and_audit_lists_the_others(
     _sql(store_url, "DELETE FROM responses")  # as if the index did not exist yet
     second = _json(_ingest(store_url))["conversation_id"]
     assert second != first
-    _sql(store_url, "DROP TABLE responses", "DELETE FROM migrations WHERE name = '0002_responses'")
+    _sql(
+        store_url,
+        "DROP TABLE responses",
+        "DROP TABLE catalogue",
+        "DELETE FROM migrations WHERE name IN ('0002_responses', '0003_catalogue')",
+    )
     with open_store(store_url) as store:
-        assert store.recorder.migrated == ("0002_responses",)
+        assert store.recorder.migrated == ("0002_responses", "0003_catalogue")
     report = _audit(store_url, second)
     [duplicate] = report["duplicates"]
     assert (duplicate["stored_in"], duplicate["attempt"]) == (first, 1)
