@@ -26,9 +26,12 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Sequence
-from types import FrameType
-from typing import NoReturn
+
+TYPE_CHECKING = False  # not typing's: importing typing here would widen the window below
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from types import FrameType
+    from typing import NoReturn
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -232,7 +232,7 @@ def ask(args: argparse.Namespace, session: Session) -> int:
     recorded first). Refused (exit 2) before anything is sent or written."""
     from convstore.adapters.recording import asking  # here: other commands send nothing
 
-    conversation = parse_conversation_id(args.conversation) if args.conversation else None
+    conversation = resolve_id(session.reader, args.conversation) if args.conversation else None
     view = (
         None
         if args.json
