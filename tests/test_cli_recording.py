@@ -48,6 +48,8 @@ MODEL = "claude-sonnet-4-5"
 SWITCH = {"openai": "gpt-5.1", "google": "gemini-2.5-flash"}
 """A model for a request to another provider (one is needed to build it)."""
 RESPONSE_KEYS = {"response_id", "ended", "events", "already_stored", "attempt"}
+BATCH_KEYS = {"captures", "summary"}
+"""What `ingest --json` gives beside a single capture's own keys (one item per capture)."""
 
 
 def available(name: str) -> bool:
@@ -162,7 +164,7 @@ def test_ingest_json_contract(capsys: pytest.CaptureFixture[str], url: str) -> N
     request, response = exchange("thinking_tool_roundtrip", 1)
     code, data, err = ingest(capsys, url, "--request", request, response)
     assert (code, err) == (0, "")
-    assert set(data) == {"conversation_id", "responses"}
+    assert set(data) == {"conversation_id", "responses"} | BATCH_KEYS
     [outcome] = data["responses"]
     assert set(outcome) == RESPONSE_KEYS
     assert outcome["response_id"] == message_id(response)
@@ -198,7 +200,7 @@ def test_ingest_in_a_fresh_process(url: str) -> None:
     )
     assert (done.returncode, done.stderr) == (0, "")
     data = json.loads(done.stdout)
-    assert set(data) == {"conversation_id", "responses"}
+    assert set(data) == {"conversation_id", "responses"} | BATCH_KEYS
     assert [set(r) for r in data["responses"]] == [RESPONSE_KEYS]
     assert data["responses"][0]["response_id"] == message_id(response)
     request, response = exchange("errors", 1)
@@ -391,7 +393,7 @@ def test_a_file_holding_no_response_exits_2_and_starts_nothing(
     code, data, err = ingest(capsys, url, bad)
     assert code == 2
     assert data["conversation_id"] is None and data["responses"] == []
-    assert set(data) == {"conversation_id", "responses", "error", "error_detail"}
+    assert set(data) == {"conversation_id", "responses", "error", "error_detail"} | BATCH_KEYS
     assert data["error_detail"] == {"type": "DecodeError", "message": data["error"]}
     assert err.startswith("convstore: error: ") and str(bad) in err
     assert len(err.splitlines()) == 1

@@ -65,7 +65,8 @@ class _Message(msgspec.Struct):
 
 
 class _Request(msgspec.Struct):
-    messages: list[_Message] = []
+    messages: list[_Message]
+    """Required: a body without it (another provider's request) is refused, not read as empty."""
 
 
 _REQUEST: Final = msgspec.json.Decoder(_Request)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import msgspec
 from convstore.adapters.cli.registry import (
     PROG,
     PROVIDER_METAVAR,
+    Progress,
     Session,
     cfg_flag,
     command,
@@ -22,7 +24,7 @@ from convstore.adapters.cli.registry import (
     read_file,
     resolve_id,
 )
-from convstore.adapters.recording import jobs
+from convstore.adapters.recording import batch, jobs
 from convstore.adapters.terminal import render, transcript
 from convstore.adapters.terminal.live import LiveView
 from convstore.adapters.wire.consent import KEPT_DECLARED
@@ -42,67 +44,121 @@ def _ingest_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--request",
         type=Path,
+        action="append",
+        default=[],
         metavar="REQ",
-        help="the captured request body that produced the first FILE",
+        help="the captured request body that produced a response FILE: repeat it, one per"
+        " FILE in the same order (- reads standard input); its messages are recorded first",
     )
-    parser.add_argument("--conversation", metavar="ID", help="ingest into this conversation")
+    parser.add_argument(
+        "--conversation", metavar="ID", help="ingest every response FILE into this conversation"
+    )
     parser.add_argument("--title", help="the title of a new conversation")
     parser.add_argument(
         "files",
         nargs="+",
         type=Path,
         metavar="FILE",
-        help="response bodies (SSE or JSON), ingested in order",
+        help="a response body (SSE or JSON; - reads standard input), each its own"
+        " conversation; or a capture folder (N.request.json, N.response.*, N.meta.json), or"
+        " a folder of them, each folder one conversation",
     )
     cfg_flag(parser)
     json_flag(parser)
 
 
-@command("ingest", "record captured response bodies into a conversation", _ingest_arguments)
+@command("ingest", "record captured responses, each capture a conversation", _ingest_arguments)
 def ingest(args: argparse.Namespace, session: Session) -> int:
     """Exit 0; 3 when a response ended failed or abandoned; 2 for a file holding no
-    response; 4 for a stored response id with different content; 130 or 143 when a
-    signal stopped it (the capture being read is recorded as far as it was read)."""
+    response or a capture that failed (the others go on); 4 for a stored response id with
+    different content: the worst capture's. Refused (exit 2, nothing written) before the
+    first write: a missing file, an unreadable folder, a request of the wrong shape, a
+    `--request` count that does not match the files. 130 or 143 when a signal stopped it
+    (the capture being read is recorded as far as it was read)."""
     conversation = parse_conversation_id(args.conversation) if args.conversation else None
-    request = read_file(args.request) if args.request is not None else None
-    report = jobs.ingest(
-        session.service,
-        args.provider,
-        args.files,
-        request=request,
-        conversation_id=conversation,
-        title=args.title,
-    )
+    try:
+        with batch.planned(
+            args.provider,
+            args.files,
+            args.request,
+            into_one=conversation is not None,
+            stdin=sys.stdin.buffer,
+        ) as captures:
+            progress = Progress(session.err, "ingest")
+            try:
+                report = batch.run(
+                    session.service,
+                    args.provider,
+                    captures,
+                    conversation_id=conversation,
+                    title=args.title,
+                    progress=lambda done, total: progress("captures", done, total),
+                )
+            finally:
+                progress.clear()
+    except ConvstoreError as error:
+        if args.json:
+            session.out.json(_ingest_data(batch.BatchReport(), 0) | _error_data(str(error), error))
+        raise
     if args.json:
-        data: dict[str, object] = {
-            "conversation_id": None
-            if report.conversation_id is None
-            else str(report.conversation_id),
-            "responses": [msgspec.to_builtins(outcome) for outcome in report.responses],
-        }
-        if report.error is not None:
-            data["error"] = report.error
-            data["error_detail"] = {"type": report.error_type, "message": report.error}
-        if report.interrupted is not None:
-            data["interrupted"] = signal.Signals(report.interrupted).name
-        session.out.json(data)
+        session.out.json(_ingest_data(report, len(captures)))
     else:
-        if report.conversation_id is not None:
-            session.out.line(f"conversation {report.conversation_id}")
-        if report.history_messages:
-            count = report.history_messages
-            session.out.line(f"  {count} request message{'s' if count != 1 else ''} recorded first")
-        session.out.lines(
-            transcript.outcome_line(outcome, report.conversation_id) for outcome in report.responses
-        )
-    if report.error is not None:
-        session.err.line(f"{PROG}: error: {render.one_line(report.error)}")
+        for item in report.done:
+            session.out.lines(_ingest_lines(item.report))
+    for item in report.done:
+        if item.report.error is not None:
+            session.err.line(f"{PROG}: error: {render.one_line(item.report.error)}")
+    if not args.json:
+        session.out.line(batch.summary_line(report.summary(len(captures))))
     if report.interrupted is not None:
         stopped = "interrupted" if report.interrupted == signal.SIGINT else "terminated"
-        kept = "; what arrived is recorded" if report.responses else ""
-        session.err.line(f"{PROG}: {stopped}{kept}")
+        kept = any(item.report.responses for item in report.done)
+        session.err.line(f"{PROG}: {stopped}{'; what arrived is recorded' if kept else ''}")
         return 128 + report.interrupted
     return report.exit_code
+
+
+def _ingest_data(report: batch.BatchReport, total: int) -> dict[str, object]:
+    """`ingest --json`: one item per capture and the summary; for one capture, its
+    `conversation_id` and `responses` (and `error`) at the top level too, as before."""
+    items = [_capture_data(item) for item in report.done]
+    data: dict[str, object] = {"captures": items, "summary": report.summary(total)}
+    if total == 1 and items:
+        data |= {key: value for key, value in items[0].items() if key != "path"}
+    if report.interrupted is not None:
+        data["interrupted"] = signal.Signals(report.interrupted).name
+    return data
+
+
+def _capture_data(item: batch.Done) -> dict[str, object]:
+    """One capture's item: its path, conversation and responses, and its error if any."""
+    done = item.report
+    data: dict[str, object] = {
+        "path": item.capture.name,
+        "conversation_id": None if done.conversation_id is None else str(done.conversation_id),
+        "responses": [msgspec.to_builtins(outcome) for outcome in done.responses],
+    }
+    if done.error is not None:
+        data |= _error_data(done.error, None, done.error_type)
+    return data
+
+
+def _error_data(
+    message: str, error: BaseException | None, error_type: str = ""
+) -> dict[str, object]:
+    detail = error_detail(error) if error is not None else {"type": error_type, "message": message}
+    return {"error": message, "error_detail": detail}
+
+
+def _ingest_lines(report: jobs.IngestReport) -> list[str]:
+    """A capture's lines: its conversation, the request messages recorded first, and
+    what became of each response."""
+    lines = [] if report.conversation_id is None else [f"conversation {report.conversation_id}"]
+    if report.history_messages:
+        count = report.history_messages
+        lines.append(f"  {count} request message{'s' if count != 1 else ''} recorded first")
+    lines += [transcript.outcome_line(o, report.conversation_id) for o in report.responses]
+    return lines
 
 
 def _replay_arguments(parser: argparse.ArgumentParser) -> None:

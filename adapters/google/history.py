@@ -83,7 +83,8 @@ class _Content(msgspec.Struct):
 
 
 class _Request(msgspec.Struct):
-    contents: list[_Content] = []
+    contents: list[_Content]
+    """Required: a body without it (another provider's request) is refused, not read as empty."""
 
 
 _REQUEST: Final = msgspec.json.Decoder(_Request)

@@ -242,6 +242,11 @@ def history(events: Sequence[Event], request_body: bytes) -> list[MessageDrafts]
     DecodeError for a body that is not a Responses API request.
     """
     request = _request(request_body)
+    if request.input is None and request.previous_response_id is None:
+        raise DecodeError(  # another provider's request, say: refused, not read as empty
+            "not an OpenAI Responses request body: it has neither `input` nor "
+            "`previous_response_id`"
+        )
     if request.previous_response_id is not None:
         held = {e.response_id for e in events if isinstance(e, ResponseStarted)}
         if request.input is None or request.input == []:

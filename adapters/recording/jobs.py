@@ -12,7 +12,8 @@ import os
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
+from dataclasses import dataclass, replace
 from itertools import chain
 from pathlib import Path
 from typing import BinaryIO, Final
@@ -22,7 +23,12 @@ import msgspec
 from convstore.adapters.config.loading import load_config
 from convstore.adapters.http.codings import inflate
 from convstore.adapters.recording.live import Interrupts
-from convstore.adapters.wire.providers import EncodedRequest, ProviderAdapter, adapter
+from convstore.adapters.wire.providers import (
+    EncodedRequest,
+    MessageDrafts,
+    ProviderAdapter,
+    adapter,
+)
 from convstore.domain.attempts import reading
 from convstore.domain.errors import (
     ConcurrencyConflict,
@@ -57,11 +63,52 @@ class IngestReport(msgspec.Struct, kw_only=True):
     """0 all completed; 3 a response ended failed or abandoned; 2 a file held no response;
     4 a stored response id arrived with different content."""
 
-    def fail(self, path: Path, error: Exception, exit_code: int) -> IngestReport:
-        """Stop at `path` with `error`."""
-        self.error, self.error_type = f"{path}: {error}", type(error).__name__
+    def fail(self, where: str, error: Exception, exit_code: int) -> IngestReport:
+        """Stop at `where` (the file at fault) with `error`."""
+        self.error, self.error_type = f"{where}: {error}", type(error).__name__
         self.exit_code = exit_code
         return self
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One response file to ingest, with the request body that produced it."""
+
+    path: Path
+    request: bytes | None = None
+    request_path: Path | None = None
+    """Where the request is read from, as it is ingested, when `request` is not given."""
+    request_name: str = "--request"
+    """How an error inside `request` names it (its file)."""
+    status: int | None = None
+    """The HTTP status the response arrived with, when the capture says."""
+    shown: str = ""
+    """How messages and the default title name the file (default: its path)."""
+    separate: bool = False
+    """A request that does not continue the conversation is a separate question of the
+    same capture: its messages are all recorded, after what the conversation holds."""
+
+    @property
+    def name(self) -> str:
+        """The file as messages name it."""
+        return self.shown or str(self.path)
+
+
+class _RequestFailed(Exception):
+    """A request body that could not be read: the error names the request, not the response."""
+
+    def __init__(self, name: str, error: DecodeError) -> None:
+        super().__init__(name, error)
+        self.name, self.error = name, error
+
+
+def check_request(provider: str, body: bytes, name: str) -> None:
+    """Raise DecodeError naming `name` when `body` is not a request `provider` reads (one of
+    another provider's shape included), before anything is written."""
+    try:
+        adapter(provider).need_history()([], body)
+    except DecodeError as error:
+        raise DecodeError(f"{name}: {error}") from None
 
 
 def read_capture(path: Path, *, max_bytes: int | None = None) -> Iterator[bytes]:
@@ -100,7 +147,16 @@ def read_body(path: Path, *, max_bytes: int | None = None) -> bytes:
         raise DecodeError(f"{path}: {error}") from None
 
 
-def _check_readable(path: Path) -> None:
+def spool(stream: BinaryIO, target: Path, *, max_bytes: int | None = None) -> None:
+    """Copy a pipe's bytes (standard input's) into the file `target`, refused (DecodeError)
+    past `max_bytes` (default `MAX_CAPTURE_BYTES`), so it can be read as a capture."""
+    cap = MAX_CAPTURE_BYTES if max_bytes is None else max_bytes
+    with target.open("wb") as file:
+        for chunk in _capped(_chunks(stream), cap, "is larger than"):
+            file.write(chunk)
+
+
+def check_readable(path: Path) -> None:
     """Raise DecodeError when `path` is missing or a folder (without opening it)."""
     try:
         mode = path.stat().st_mode
@@ -172,51 +228,58 @@ def _first_checked(drafts: Iterator[Event]) -> tuple[Event, Iterator[Event]]:
 def ingest(
     service: ConversationService,
     provider: str,
-    files: Sequence[Path],
+    files: Sequence[Path | Exchange],
     *,
     request: bytes | None = None,
     conversation_id: ConversationId | None = None,
     title: str | None = None,
+    interrupts: Interrupts | None = None,
 ) -> IngestReport:
     """Ingest response bodies (SSE or JSON, detected) in order into one conversation.
 
-    `request` is the captured request body that produced the first file: the messages
-    the conversation does not hold yet are recorded first. A new conversation is started
-    only once the first file is known to hold a response; a missing file or a folder
-    among `files` is refused (exit 2) before anything is written.
+    Each `Exchange`'s request is the captured body that produced it: the messages the
+    conversation does not hold yet are recorded before its response (`request`: the
+    first file's, for plain paths). A new conversation is started only once the first
+    file is known to hold a response; a missing file or a folder among `files` is refused
+    (exit 2) before anything is written. `interrupts`: the caller's, when it ingests
+    several captures under one (a signal then stops here too), else one of its own.
     """
     provider_adapter = adapter(provider)
+    exchanges = [f if isinstance(f, Exchange) else Exchange(f) for f in files]
+    if request is not None and exchanges:
+        exchanges[0] = replace(exchanges[0], request=request)
     report = IngestReport(conversation_id=conversation_id)
-    for path in files:  # a missing file or a folder is refused before anything is written
+    for exchange in exchanges:  # a missing file or a folder is refused before any write
         try:
-            _check_readable(path)
+            check_readable(exchange.path)
         except DecodeError as error:
-            return report.fail(path, error, 2)
-    with Interrupts() as interrupts:
-        for position, path in enumerate(files):
-            produced_by = request if position == 0 else None
+            return report.fail(exchange.name, error, 2)
+    with ExitStack() as stack:
+        caught = interrupts if interrupts is not None else stack.enter_context(Interrupts())
+        for exchange in exchanges:
             try:
                 outcome = _ingest_one(
                     service,
                     provider_adapter,
-                    path,
-                    request=produced_by,
+                    exchange,
                     report=report,
                     title=title,
-                    interrupts=interrupts,
+                    interrupts=caught,
                 )
+            except _RequestFailed as failed:
+                return report.fail(failed.name, failed.error, 2)
             except DecodeError as error:
-                if interrupts.signum is not None:  # stopped before a response began
+                if caught.signum is not None:  # stopped before a response began
                     break
-                return report.fail(path, error, 2)
+                return report.fail(exchange.name, error, 2)
             except (ResponseConflict, ResponseStoredElsewhere) as error:
-                return report.fail(path, error, 4)
+                return report.fail(exchange.name, error, 4)
             report.responses.append(outcome)
             if outcome.ended != "completed" and not outcome.already_stored:
                 report.exit_code = 3
-            if interrupts.signum is not None:
+            if caught.signum is not None:
                 break
-        report.interrupted = interrupts.signum
+        report.interrupted = caught.signum
     return report
 
 
@@ -227,9 +290,8 @@ RACE_RETRIES: Final = 3
 def _ingest_one(
     service: ConversationService,
     provider: ProviderAdapter,
-    path: Path,
+    exchange: Exchange,
     *,
-    request: bytes | None,
     report: IngestReport,
     title: str | None,
     interrupts: Interrupts,
@@ -244,10 +306,17 @@ def _ingest_one(
     conversation on meanwhile, or stored the response first, it is read again (the
     response is then usually stored already); a capture from a pipe gets the conflict
     instead. A signal while it is read ends the capture there (`live.Interrupts`)."""
+    path, request = exchange.path, exchange.request
+    if request is None and exchange.request_path is not None:
+        try:
+            request = b"".join(read_capture(exchange.request_path))
+        except DecodeError as error:
+            raise _RequestFailed(exchange.request_name, error) from None
     retries = 0
     while True:
         chunks = interrupts.chunks(read_capture(path))
-        first, drafts = _first_checked(interrupts.marked(provider.decode(chunks, request, None)))
+        decoded = provider.decode(chunks, request, exchange.status)
+        first, drafts = _first_checked(interrupts.marked(decoded))
         started = first if isinstance(first, ResponseStarted) else None
         home = None if started is None else service.locate(started)
         if started is not None and home is not None and report.conversation_id is None:
@@ -266,7 +335,7 @@ def _ingest_one(
             )
         history: list[tuple[str, Sequence[Event]]] = []
         if request is not None and not (started is not None and started.response_id in stored):
-            messages = provider.need_history()(reading(events), request)
+            messages = _request_messages(provider, exchange, reading(events), request)
             history = [(message.role, message.drafts) for message in messages]
         try:
             report.conversation_id, outcome = service.ingest_exchange(
@@ -283,6 +352,23 @@ def _ingest_one(
             continue
         report.history_messages += len(history)
         return outcome
+
+
+def _request_messages(
+    provider: ProviderAdapter, exchange: Exchange, events: Sequence[Event], request: bytes
+) -> list[MessageDrafts]:
+    """The request's messages the conversation of `events` does not hold: all of them for
+    a separate question (`Exchange.separate`); an error names the request."""
+    history = provider.need_history()
+    try:
+        try:
+            return history(events, request)
+        except DecodeError:
+            if not exchange.separate:
+                raise
+            return history([], request)
+    except DecodeError as error:
+        raise _RequestFailed(exchange.request_name, error) from None
 
 
 def replay(
