@@ -403,17 +403,29 @@ def test_a_file_holding_no_response_exits_2_and_starts_nothing(
 def test_a_bad_later_file_keeps_the_earlier_ones(
     capsys: pytest.CaptureFixture[str], url: str, tmp_path: Path
 ) -> None:
+    """Loose files are captures of their own: the bad one fails alone (exit 2), the good
+    one before it is recorded in its own conversation."""
     bad = tmp_path / "bad.body"
     bad.write_bytes(b"not a response")
     good = exchange("thinking_tool_roundtrip", 1)[1]
-    code, data, _ = ingest(capsys, url, good, bad)
+    code, data, err = ingest(capsys, url, good, bad)
     assert code == 2
-    assert [(r["response_id"], r["ended"]) for r in data["responses"]] == [
+    first, second = data["captures"]
+    assert [(r["response_id"], r["ended"]) for r in first["responses"]] == [
         (message_id(good), "completed")
     ]
-    events = stored(url, data["conversation_id"])
-    assert versions(url) == {data["conversation_id"]: len(events)}
+    assert (second["path"], second["conversation_id"], second["responses"]) == (str(bad), None, [])
+    assert second["error_detail"]["type"] == "DecodeError" and str(bad) in err
+    events = stored(url, first["conversation_id"])
+    assert versions(url) == {first["conversation_id"]: len(events)}
     assert [e.state for e in events if isinstance(e, ResponseEnded)] == ["completed"]
+    assert data["summary"] == {
+        "captures": 2,
+        "conversations": 1,
+        "recorded": 1,
+        "already_stored": 0,
+        "failed": 1,
+    }
 
 
 def test_a_bad_file_into_a_conversation_writes_nothing(
