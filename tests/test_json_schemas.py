@@ -238,3 +238,30 @@ def test_every_command_failure_matches_its_schema(
         data = _check(command, out)
         assert err == f"convstore: error: {data['error']}\n", command
         assert data["error_detail"]["message"] in data["error"], command
+
+
+def test_a_batch_ingest_matches_its_schema(
+    store_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder of capture folders (one item per capture), a capture that fails among them,
+    and a batch refused before its first write."""
+    for name in ("CONVSTORE_CONFIG", "CONVSTORE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    db = ("--db", store_url)
+    for provider in CAPTURES:
+        _, out = _run(
+            capsys, *db, "ingest", "--provider", provider, str(EXAMPLES / provider), "--json"
+        )
+        data = _check("ingest", out)
+        assert len(data["captures"]) == data["summary"]["captures"] > 1
+    bad = EXAMPLES / "anthropic" / "errors" / "2.request.json"  # a body, not a response
+    good = EXAMPLES / "anthropic" / "pause_turn" / "1.response.sse"
+    argv = [*db, "ingest", "--provider", "anthropic", str(good), str(bad), "--json"]
+    assert cli.main(argv) == 2
+    data = _check("ingest", capsys.readouterr().out)
+    assert [("error" in item) for item in data["captures"]] == [False, True]
+    refused = [*db, "ingest", "--provider", "anthropic", "--request", str(bad), str(good)]
+    assert cli.main([*refused, str(good), "--json"]) == 2
+    data = _check("ingest", capsys.readouterr().out)
+    assert set(data) == {"error", "error_detail"}
+    assert data["error_detail"]["type"] == "ConfigurationError"

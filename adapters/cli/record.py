@@ -76,30 +76,25 @@ def ingest(args: argparse.Namespace, session: Session) -> int:
     `--request` count that does not match the files. 130 or 143 when a signal stopped it
     (the capture being read is recorded as far as it was read)."""
     conversation = parse_conversation_id(args.conversation) if args.conversation else None
-    try:
-        with batch.planned(
-            args.provider,
-            args.files,
-            args.request,
-            into_one=conversation is not None,
-            stdin=sys.stdin.buffer,
-        ) as captures:
-            progress = Progress(session.err, "ingest")
-            try:
-                report = batch.run(
-                    session.service,
-                    args.provider,
-                    captures,
-                    conversation_id=conversation,
-                    title=args.title,
-                    progress=lambda done, total: progress("captures", done, total),
-                )
-            finally:
-                progress.clear()
-    except ConvstoreError as error:
-        if args.json:
-            session.out.json(_ingest_data(batch.BatchReport(), 0) | _error_data(str(error), error))
-        raise
+    with batch.planned(
+        args.provider,
+        args.files,
+        args.request,
+        into_one=conversation is not None,
+        stdin=sys.stdin.buffer,
+    ) as captures:  # a refusal: the program prints it (`--json`: error, error_detail)
+        progress = Progress(session.err, "ingest")
+        try:
+            report = batch.run(
+                session.service,
+                args.provider,
+                captures,
+                conversation_id=conversation,
+                title=args.title,
+                progress=lambda done, total: progress("captures", done, total),
+            )
+        finally:
+            progress.clear()
     if args.json:
         session.out.json(_ingest_data(report, len(captures)))
     else:
@@ -139,15 +134,9 @@ def _capture_data(item: batch.Done) -> dict[str, object]:
         "responses": [msgspec.to_builtins(outcome) for outcome in done.responses],
     }
     if done.error is not None:
-        data |= _error_data(done.error, None, done.error_type)
+        data["error"] = done.error
+        data["error_detail"] = {"type": done.error_type, "message": done.error}
     return data
-
-
-def _error_data(
-    message: str, error: BaseException | None, error_type: str = ""
-) -> dict[str, object]:
-    detail = error_detail(error) if error is not None else {"type": error_type, "message": message}
-    return {"error": message, "error_detail": detail}
 
 
 def _ingest_lines(report: jobs.IngestReport) -> list[str]:
