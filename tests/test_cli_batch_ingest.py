@@ -11,7 +11,12 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -341,3 +346,36 @@ def test_a_folder_of_another_provider_is_refused_naming_its_request(
     assert code == 2 and ".request.json: not an Anthropic request body" in err
     assert set(data) == FAILURE
     assert not database.exists()
+
+
+# --- a signal ---------------------------------------------------------------------------------
+
+
+def test_a_signal_stops_the_batch_after_what_was_read(tmp_path: Path, database: Path) -> None:
+    """The folder before the stream still arriving (a FIFO) is recorded; SIGTERM while the
+    stream is read stops the batch: exit 143, the later capture never started."""
+    fifo = tmp_path / "response.sse"
+    os.mkfifo(fifo)
+    first = EXAMPLES / "anthropic" / "pause_turn"
+    later = EXAMPLES / "anthropic" / "mixed_batch"
+    argv = ["--db", f"sqlite:///{database}", "ingest", "--provider", "anthropic"]
+    child = subprocess.Popen(
+        [sys.executable, "-m", "convstore.adapters.cli", *argv, first, fifo, later, "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    with open(fifo, "w") as writer:
+        writer.write("event: ping\ndata: {}\n\n")
+        writer.flush()
+        time.sleep(1.0)  # the child is reading the stream
+        child.send_signal(signal.SIGTERM)
+        out, err = child.communicate(timeout=60)
+    assert child.returncode == 143, err
+    assert err.endswith("convstore: terminated; what arrived is recorded\n")
+    data = json.loads(out)
+    jsonschema.Draft202012Validator(SCHEMA).validate(data)
+    assert data["interrupted"] == "SIGTERM"
+    assert [item["path"] for item in data["captures"]] == [str(first), str(fifo)]
+    assert data["summary"]["captures"] == 3
+    assert list(counts(database)) == [data["captures"][0]["conversation_id"]]

@@ -320,7 +320,7 @@ def _refusals(server: ReplayServer, conversation: str) -> dict[tuple[str, str], 
             "--conversation",
             "0" * 32,
         ],
-        ("malformed request", "request body is not a JSON object"): [
+        ("malformed request", "README.md: not an Anthropic request body"): [
             "ingest",
             "--provider",
             "anthropic",

@@ -105,10 +105,8 @@ class _RequestFailed(Exception):
 def check_request(provider: str, body: bytes, name: str) -> None:
     """Raise DecodeError naming `name` when `body` is not a request `provider` reads (one of
     another provider's shape included), before anything is written."""
-    provider_adapter = adapter(provider)
     try:
-        provider_adapter.decode((), body, None)  # reads the request as decoding does
-        provider_adapter.need_history()([], body)
+        adapter(provider).need_history()([], body)
     except DecodeError as error:
         raise DecodeError(f"{name}: {error}") from None
 
