@@ -403,5 +403,5 @@ def test_summary_line_is_one_line_whatever_the_title() -> None:
     )
     line = summary_line(summary)
     assert "\n" not in line
-    assert line.endswith("      12  two lines ␛")
+    assert line.endswith("  two lines ␛")
     assert forbidden_in(line) == []
