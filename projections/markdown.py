@@ -155,6 +155,7 @@ def fenced(content: str, info: str = "") -> list[str]:
 _FENCE_OPEN: Final = re.compile(r"^( {0,3})(`{3,}(?=[^`]*$)|~{3,})")
 _FENCE_ANY: Final = re.compile(r"^(?:[ \t>]|[-*+][ \t]|\d{1,9}[.)][ \t])*(?:`{3}|~{3})")
 _ATX: Final = re.compile(r"^( {0,3})(#{1,6})(?=[ \t]|$)")
+_SETEXT: Final = re.compile(r" {0,3}(?:=+|-+)[ \t]*")
 _TICKS: Final = re.compile(r"`+")
 _AUTOLINK: Final = re.compile(r"<https?://[^\x00-\x20<>]*>", re.IGNORECASE)
 _LINK: Final = re.compile(
@@ -168,7 +169,8 @@ def md_body(segments: Iterable[tuple[str, Iterable[int]]]) -> list[str]:
     """Stored text (pieces, each with the citation markers that follow it) as the lines of
     the Markdown it holds, inert (see the module): sanitized; raw HTML, images, links other
     than http(s) and link definitions left as text; ATX headings two levels down; our
-    markers `[n]` after any code span, link or code block they would fall in."""
+    markers `[n]` after any code span, link or code block they would fall in; a setext
+    underline apart from the line above it (a rule or text, never a heading)."""
     text, marks = "", dict[int, list[int]]()
     for piece, numbers in segments:
         text += sanitize(piece)
@@ -182,6 +184,8 @@ def md_body(segments: Iterable[tuple[str, Iterable[int]]]) -> list[str]:
     while number < len(lines):
         last = fences.get(number)
         if last is None:
+            if _SETEXT.fullmatch(lines[number]) and out and out[-1].strip():
+                out.append("")  # an underline would make a heading: a rule or text instead
             out.append(_line_md(lines[number], start, (number, spans), marks, pending))
             start += len(lines[number]) + 1
             number += 1

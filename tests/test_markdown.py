@@ -101,26 +101,30 @@ def links(md: str) -> list[tuple[str, str]]:
 
 
 def assert_inert_markdown(md: str, urls: Iterable[str] = ()) -> None:
-    """Nothing in `md` but the elements the export writes: no raw HTML, images, rules or
-    ordered lists; no heading, bullet, quote or emphasis that stored text made; links only
-    to `urls` (the stored http and https addresses of sources and suggestions)."""
+    """Nothing in `md` but the elements the export writes, and stored text's own Markdown
+    inside our block quotes: no raw HTML or image anywhere; outside the quotes no heading,
+    bullet, rule or emphasis that stored text made, links only to `urls` (the stored http
+    and https addresses of sources and suggestions); inside them, headings from h3 down and
+    links only to http and https addresses."""
     assert sanitize(md) == md  # nothing a terminal would act on
     allowed = {MD.normalizeLink(u) for url in urls if (u := md_url(url)) is not None}
     tokens = MD.parse(md)
     assert tokens[0].type == "heading_open" and tokens[0].tag == "h1"
-    holders: list[Token] = []
+    quoted = 0
     for at, token in enumerate(tokens):
-        assert token.type not in ("html_block", "hr", "ordered_list_open"), token
-        if token.nesting == -1:
-            holders.pop()
-        elif token.nesting == 1:
-            holders.append(token)
+        assert token.type not in ("html_block", "html_inline", "image"), token
+        quoted += {"blockquote_open": 1, "blockquote_close": -1}.get(token.type, 0)
+        if quoted:
+            if token.type == "heading_open":
+                assert token.tag in ("h3", "h4", "h5", "h6"), token
+            if token.type == "inline":
+                _check_quoted(token)
+            continue
+        assert token.type not in ("hr", "ordered_list_open"), token
         if token.type == "heading_open":
             assert (token.tag == "h1" and at == 0) or token.tag == "h2", token
             if token.tag == "h2":
                 assert tokens[at + 1].content.startswith(("Turn ", "Outside a turn")), token
-        if token.type == "blockquote_open":  # ours open with their bold label
-            assert tokens[at + 2].content.startswith("**"), tokens[at + 2].content
         if token.type != "inline":
             continue
         if tokens[at - 2].type == "list_item_open":  # the first paragraph of a bullet
@@ -150,6 +154,18 @@ def _check_inline(inline: Token, allowed: set[str]) -> None:
             depth += 1
         elif child.type in ("strong_close", "em_close"):
             depth -= 1
+
+
+def _check_quoted(inline: Token) -> None:
+    """Stored text's own inline Markdown: links to http and https only, no marker of ours
+    in a link's text."""
+    children = inline.children or []
+    for at, child in enumerate(children):
+        assert child.type not in ("html_inline", "image"), (child, inline.content)
+        if child.type == "link_open":
+            href = str(child.attrs["href"])
+            assert href.startswith(("http://", "https://")), href
+            assert not re.search(r"\[\d+\]", children[at + 1].content), inline.content
 
 
 # --- stored text reads as stored ---------------------------------------------------------------
