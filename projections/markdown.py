@@ -154,7 +154,9 @@ def fenced(content: str, info: str = "") -> list[str]:
 
 _FENCE_OPEN: Final = re.compile(r"^( {0,3})(`{3,}(?=[^`]*$)|~{3,})")
 _FENCE_ANY: Final = re.compile(r"^(?:[ \t>]|[-*+][ \t]|\d{1,9}[.)][ \t])*(?:`{3}|~{3})")
-_ATX: Final = re.compile(r"^( {0,3})(#{1,6})(?=[ \t]|$)")
+_ATX: Final = re.compile(
+    r"((?: {0,3}(?:> ?|[-*+][ \t]|\d{1,9}[.)][ \t]))* {0,3})(#{1,6})(?=[ \t]|$)"
+)
 _SETEXT: Final = re.compile(r" {0,3}(?:=+|-+)[ \t]*")
 _TICKS: Final = re.compile(r"`+")
 _AUTOLINK: Final = re.compile(r"<https?://[^\x00-\x20<>]*>", re.IGNORECASE)
@@ -177,7 +179,6 @@ def md_body(segments: Iterable[tuple[str, Iterable[int]]]) -> list[str]:
         marks.setdefault(len(text), []).extend(numbers)
     lines = text.split("\n")
     fences = _fences(lines) or {}
-    spans = _spans(lines, fences)
     out: list[str] = []
     pending: list[int] = []
     start = number = 0
@@ -186,7 +187,7 @@ def md_body(segments: Iterable[tuple[str, Iterable[int]]]) -> list[str]:
         if last is None:
             if _SETEXT.fullmatch(lines[number]) and out and out[-1].strip():
                 out.append("")  # an underline would make a heading: a rule or text instead
-            out.append(_line_md(lines[number], start, (number, spans), marks, pending))
+            out.append(_line_md(lines[number], start, marks, pending))
             start += len(lines[number]) + 1
             number += 1
             continue
@@ -237,40 +238,6 @@ def _closing(line: str, run: re.Match[str]) -> re.Match[str] | None:
     return re.compile(rf"(?<!`){run.group()}(?!`)").search(line, run.end())
 
 
-def _spans(lines: list[str], fences: dict[int, int]) -> set[tuple[int, int]]:
-    """The code spans taken raw, as (line, column): both runs on one line without `|` (a
-    table cell could split it), no run left open before it in the same stretch of
-    non-blank lines (CommonMark could pair that one across lines)."""
-    trusted: set[tuple[int, int]] = set()
-    sure, skip = True, -1
-    for number, line in enumerate(lines):
-        skip = fences.get(number, skip)
-        if number <= skip or not line.strip():
-            sure = True
-            continue
-        col = 0
-        while col < len(line):
-            char = line[col]
-            autolink = _AUTOLINK.match(line, col) if char == "<" else None
-            if char == "\\" and line[col + 1 : col + 2] in _PUNCT:
-                col += 2
-            elif autolink:
-                col = autolink.end()
-            elif char == "`":
-                run = _TICKS.match(line, col)
-                assert run is not None
-                closing = _closing(line, run)
-                if closing is None:
-                    sure, col = False, run.end()
-                    continue
-                if sure and "|" not in line:
-                    trusted.add((number, col))
-                col = closing.end()
-            else:
-                col += 1
-    return trusted
-
-
 def _markers(pending: list[int]) -> str:
     shown = "".join(f"[{n}]" for n in pending)
     pending.clear()
@@ -280,7 +247,6 @@ def _markers(pending: list[int]) -> str:
 def _line_md(
     line: str,
     start: int,
-    spans: tuple[int, set[tuple[int, int]]],
     marks: dict[int, list[int]],
     pending: list[int],
 ) -> str:
@@ -292,6 +258,8 @@ def _line_md(
     if heading:
         out.append(heading.group(1) + "#" * min(6, len(heading.group(2)) + 2))
         at = heading.end()
+        for offset in range(start, start + at):  # due before the heading's text
+            pending.extend(marks.pop(offset, ()))
     after_marker = False
     while True:
         pending.extend(marks.pop(start + at, ()))
@@ -302,7 +270,7 @@ def _line_md(
             after_marker = True
         if at >= len(line):
             return "".join(out)
-        unit, shown = _unit(line, at, spans)
+        unit, shown = _unit(line, at)
         for inner in range(start + at + 1, start + at + len(unit)):
             pending.extend(marks.pop(inner, ()))
         if after_marker and shown[0] in "(:":
@@ -312,18 +280,19 @@ def _line_md(
         at += len(unit)
 
 
-def _unit(line: str, at: int, spans: tuple[int, set[tuple[int, int]]]) -> tuple[str, str]:
+def _unit(line: str, at: int) -> tuple[str, str]:
     """The unit of `line` at `at` (a character, an escape, a code span, an http(s) autolink
     or link) and its Markdown."""
     char, rest = line[at], line[at + 1 : at + 2]
     if char == "\\" and rest in _PUNCT:
         return line[at : at + 2], line[at : at + 2]
-    if char == "`":
-        run = _TICKS.match(line, at)
+    if char == "`":  # a code span closed on its line and holding no `|` (a table cell
+        run = _TICKS.match(line, at)  # could split it), else backticks shown as text
         assert run is not None
-        closing = _closing(line, run) if (spans[0], at) in spans[1] else None
-        unit = line[at : closing.end()] if closing else run.group()
-        return unit, unit
+        closing = _closing(line, run)
+        if closing and "|" not in line[at : closing.end()]:
+            return line[at : closing.end()], line[at : closing.end()]
+        return run.group(), "\\`" * len(run.group())
     if char == "<":
         autolink = _AUTOLINK.match(line, at)
         if autolink:
