@@ -9,9 +9,42 @@ one line per hosted activity with its outcome (`⚒ web search: "q" → 3 result
 and outputs in fenced blocks, Google's Search Suggestions as a list of links, reasoning
 and tool results quoted, and the typed notices of each response.
 
-Stored text is untrusted, and it must read as it was stored, nothing more: it is
-sanitized first (`render.sanitize`: no control character or escape sequence reaches the
-file), then escaped only where CommonMark would read markup into it (`md_text`):
+Stored text is untrusted. It is sanitized first (`render.sanitize`: no control character
+or escape sequence reaches the file), then written one of two ways.
+
+The text of messages (the user's, the answers, reasoning, tool results, system prompts,
+injected context) is Markdown as the model or the user wrote it (`md_body`), and renders:
+headings, emphasis, lists, code spans and fences, tables, block quotes, links to http and
+https. It is contained: each such text sits in a block quote of ours (`> `, every line),
+so nothing in it can close it or pass for the export's own structure (our `## Turn`
+headings, `**User**` labels, bullets are outside any quote); its ATX headings go two
+levels down (`#` becomes `###`), and a setext underline is set apart from its line (a
+rule or text), so its headings are h3 to h6. And it is inert; made text, each with one
+backslash where it would form:
+
+- raw HTML, inline or block (`<` before a letter, `/`, `!` or `?`), and autolinks other
+  than `<http(s)://…>`;
+- every `[` but one that opens a one-line `[text](http(s)://…)` link whose text holds no
+  bracket, backtick, `<` or backslash: so links to any other scheme, reference links and
+  link definitions (none is ever defined) stay text; an image's `!` (it shows as its link:
+  a remote image is a tracking pixel);
+- a backtick run with no run of its length later on its line, or whose span holds `|` (a
+  table cell could split it): no code span crosses a line, so no code span hides what the
+  scan has taken for text, or the reverse;
+- an entity (`&amp;` reads as stored).
+
+Fenced code blocks pass as they are, when a line scan is sure of them (a fence at most
+three spaces in, its lines indented at least as far); when any fence sits where it is
+not (in a list item or a quote of the text, four spaces in), no line is taken for code
+and all are made inert as text. Prose that forms none of this keeps no backslash
+(`6544 * 65464`, `3 < 5`, `AT&T`). Our citation markers `[n]` go where the cited span
+ends, but after any code span, link, autolink or code block it ends in; an `(` or `:`
+right after one is escaped, and a `!` before one (no marker becomes a link, a definition
+or an image). A marker can still land in code the scan does not track (an indented code
+block), shown there as text.
+
+Short texts on lines of ours (titles, labels, ids, a source's title) are plain text
+(`md_inline`, `md_text`): escaped only where CommonMark would read markup into it:
 
 - anywhere: `` ` ``, `*` and `[` (code spans, emphasis, links and images of any kind,
   link reference definitions); `_` unless inside a word (`snake_case` stays); `<` before a
@@ -21,12 +54,8 @@ file), then escaped only where CommonMark would read markup into it (`md_text`):
   `>`, a bullet (`-`, `+` then a space), an ordered list's `1.` / `1)`, a `~~~` fence, a
   setext underline or thematic break of `-` or `=`.
 
-So prose keeps no stray backslash (`https://example.org`, `3 < 5`, `AT&T`, `14th.`
-unchanged), no stored text becomes a link, HTML, a heading or a list, and our markers
-`[n]` are the only brackets left open (a stored `(` or `:` right after one is escaped: no
-marker becomes a link). Code and outputs go in fences longer than any backtick run they
-hold. URLs in link destinations are percent-encoded where CommonMark would end or
-reinterpret them.
+Code and outputs of hosted runs go in fences longer than any backtick run they hold. URLs
+in link destinations are percent-encoded where CommonMark would end or reinterpret them.
 """
 
 from __future__ import annotations
