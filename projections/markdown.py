@@ -24,10 +24,10 @@ backslash where it would form:
 
 - raw HTML, inline or block (`<` before a letter, `/`, `!` or `?`), and autolinks other
   than `<http(s)://…>`;
-- every `[` but one that opens a one-line `[text](http(s)://…)` link whose text holds no
-  bracket, backtick, `<` or backslash: so links to any other scheme, reference links and
-  link definitions (none is ever defined) stay text; an image's `!` (it shows as its link:
-  a remote image is a tracking pixel);
+- every `]` before `(` or `:` but the one of a one-line `[text](http(s)://…)` link whose
+  text holds no bracket, backtick, `<` or backslash: so links to any other scheme and
+  link definitions stay text, and with no definition no reference link forms; an image's
+  `!` (it shows as its link: a remote image is a tracking pixel);
 - a backtick run with no run of its length later on its line, or whose span holds `|` (a
   table cell could split it): no code span crosses a line, so no code span hides what the
   scan has taken for text, or the reverse;
@@ -188,7 +188,7 @@ _ATX: Final = re.compile(
 )
 _SETEXT: Final = re.compile(r" {0,3}(?:=+|-+)[ \t]*")
 _TICKS: Final = re.compile(r"`+")
-_AUTOLINK: Final = re.compile(r"<https?://[^\x00-\x20<>]*>", re.IGNORECASE)
+_AUTOLINK: Final = re.compile(r"<https?://[^\x00-\x20<>]*>")
 _LINK: Final = re.compile(
     r"\[([^\[\]`<\\\n]*)\]\((https?://(?:[^\s()<>\\`]|\([^\s()<>\\`]*\))+)\)", re.IGNORECASE
 )
@@ -329,11 +329,12 @@ def _unit(line: str, at: int) -> tuple[str, str]:
         return char, "\\<" if re.match(r"[A-Za-z/!?]", rest) else char
     if char == "!" and _LINK.match(line, at + 1):
         return char, "\\!"  # an image: shown as its link
-    if char == "[":
-        link = _LINK.match(line, at)
-        if link is None:
-            return char, "\\["
-        return link.group(), f"[{link.group(1)}]({md_url(link.group(2))})"
+    link = _LINK.match(line, at) if char == "[" else None
+    destination = md_url(link.group(2)) if link else None
+    if link and destination:
+        return link.group(), f"[{link.group(1)}]({destination})"
+    if char == "]" and rest in ("(", ":"):
+        return char, "\\]"  # no other inline link, no definition (so no reference link)
     entity = _ENTITY.match(line, at) if char == "&" else None
     if entity:
         return entity.group(), "\\" + entity.group()

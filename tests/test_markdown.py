@@ -440,7 +440,24 @@ def test_any_stored_markdown_stays_contained_and_inert(pieces: list[tuple[str, b
 _prose = st.lists(
     st.one_of(
         st.from_regex(r"[A-Za-z0-9]{1,8}", fullmatch=True),
-        st.sampled_from([" ", ", ", ". ", " * ", " - ", " < ", " > ", " & ", "'", " (x) ", "!"]),
+        st.sampled_from(
+            [
+                " ",
+                ", ",
+                ". ",
+                " * ",
+                " - ",
+                " < ",
+                " > ",
+                " & ",
+                "'",
+                " (x) ",
+                "!",
+                " [note] ",
+                "[1]",
+                " a_b ",
+            ]
+        ),
     ),
     min_size=1,
     max_size=20,
@@ -450,7 +467,8 @@ _prose = st.lists(
 @settings(max_examples=300, deadline=None)
 @given(_prose)
 def test_plain_prose_comes_out_as_it_was_stored(text: str) -> None:
-    """No backslash in prose that forms no markup (`6544 * 65464`, `3 < 5`, `AT&T`)."""
+    """No backslash in prose that forms no markup (`6544 * 65464`, `3 < 5`, `AT&T`,
+    `[note]`)."""
     assert md_body([(text, [])]) == [text]
 
 
