@@ -9,9 +9,42 @@ one line per hosted activity with its outcome (`⚒ web search: "q" → 3 result
 and outputs in fenced blocks, Google's Search Suggestions as a list of links, reasoning
 and tool results quoted, and the typed notices of each response.
 
-Stored text is untrusted, and it must read as it was stored, nothing more: it is
-sanitized first (`render.sanitize`: no control character or escape sequence reaches the
-file), then escaped only where CommonMark would read markup into it (`md_text`):
+Stored text is untrusted. It is sanitized first (`render.sanitize`: no control character
+or escape sequence reaches the file), then written one of two ways.
+
+The text of messages (the user's, the answers, reasoning, tool results, system prompts,
+injected context) is Markdown as the model or the user wrote it (`md_body`), and renders:
+headings, emphasis, lists, code spans and fences, tables, block quotes, links to http and
+https. It is contained: each such text sits in a block quote of ours (`> `, every line),
+so nothing in it can close it or pass for the export's own structure (our `## Turn`
+headings, `**User**` labels, bullets are outside any quote); its ATX headings go two
+levels down (`#` becomes `###`), and a setext underline is set apart from its line (a
+rule or text), so its headings are h3 to h6. And it is inert; made text, each with one
+backslash where it would form:
+
+- raw HTML, inline or block (`<` before a letter, `/`, `!` or `?`), and autolinks other
+  than `<http(s)://…>`;
+- every `]` before `(` or `:` but the one of a one-line `[text](http(s)://…)` link whose
+  text holds no bracket, backtick, `<` or backslash: so links to any other scheme and
+  link definitions stay text, and with no definition no reference link forms; an image's
+  `!` (it shows as its link: a remote image is a tracking pixel);
+- a backtick run with no run of its length later on its line, or whose span holds `|` (a
+  table cell could split it): no code span crosses a line, so no code span hides what the
+  scan has taken for text, or the reverse;
+- an entity (`&amp;` reads as stored).
+
+Fenced code blocks pass as they are, when a line scan is sure of them (a fence at most
+three spaces in, its lines indented at least as far); when any fence sits where it is
+not (in a list item or a quote of the text, four spaces in), no line is taken for code
+and all are made inert as text. Prose that forms none of this keeps no backslash
+(`6544 * 65464`, `3 < 5`, `AT&T`). Our citation markers `[n]` go where the cited span
+ends, but after any code span, link, autolink or code block it ends in; an `(` or `:`
+right after one is escaped, and a `!` before one (no marker becomes a link, a definition
+or an image). A marker can still land in code the scan does not track (an indented code
+block), shown there as text.
+
+Short texts on lines of ours (titles, labels, ids, a source's title) are plain text
+(`md_inline`, `md_text`): escaped only where CommonMark would read markup into it:
 
 - anywhere: `` ` ``, `*` and `[` (code spans, emphasis, links and images of any kind,
   link reference definitions); `_` unless inside a word (`snake_case` stays); `<` before a
@@ -21,18 +54,14 @@ file), then escaped only where CommonMark would read markup into it (`md_text`):
   `>`, a bullet (`-`, `+` then a space), an ordered list's `1.` / `1)`, a `~~~` fence, a
   setext underline or thematic break of `-` or `=`.
 
-So prose keeps no stray backslash (`https://example.org`, `3 < 5`, `AT&T`, `14th.`
-unchanged), no stored text becomes a link, HTML, a heading or a list, and our markers
-`[n]` are the only brackets left open (a stored `(` or `:` right after one is escaped: no
-marker becomes a link). Code and outputs go in fences longer than any backtick run they
-hold. URLs in link destinations are percent-encoded where CommonMark would end or
-reinterpret them.
+Code and outputs of hosted runs go in fences longer than any backtick run they hold. URLs
+in link destinations are percent-encoded where CommonMark would end or reinterpret them.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Final
 from urllib.parse import quote
 
@@ -84,7 +113,6 @@ _BLOCK: Final = re.compile(
     """,
     re.VERBOSE,
 )
-_AFTER_MARK: Final = re.compile(r"^[(:]")
 _HEADING_END: Final = re.compile(r"(?<=[ \t])#+[ \t]*$")
 
 
@@ -100,12 +128,10 @@ def _line(line: str) -> str:
     return line[:at] + "\\" + _inline(line[at:])
 
 
-def md_text(text: str, *, continued: bool = False) -> str:
-    """Stored text as Markdown that reads as the text: sanitized, then escaped where
-    CommonMark would read markup into it (see the module). Each line is a line's start,
-    except the first when `continued` (it goes on a line of ours)."""
-    first, *rest = sanitize(text).split("\n")
-    return "\n".join([_inline(first) if continued else _line(first), *map(_line, rest)])
+def md_text(text: str) -> str:
+    """Plain stored text (no Markdown of its own) on lines of ours: sanitized, then escaped
+    where CommonMark would read markup into it (see the module)."""
+    return "\n".join(map(_line, sanitize(text).split("\n")))
 
 
 def md_inline(text: str, width: int | None = None) -> str:
@@ -151,6 +177,168 @@ def fenced(content: str, info: str = "") -> list[str]:
     fence = "`" * max(3, longest + 1)
     lines = body.split("\n") if body else []
     return [fence + re.sub(r"[^A-Za-z0-9_+.-]", "", info)[:40], *lines, fence]
+
+
+# --- stored Markdown, contained ----------------------------------------------------------------
+
+_FENCE_OPEN: Final = re.compile(r"^( {0,3})(`{3,}(?=[^`]*$)|~{3,})")
+_FENCE_ANY: Final = re.compile(r"^(?:[ \t>]|[-*+][ \t]|\d{1,9}[.)][ \t])*(?:`{3}|~{3})")
+_ATX: Final = re.compile(
+    r"((?: {0,3}(?:> ?|[-*+][ \t]|\d{1,9}[.)][ \t]))* {0,3})(#{1,6})(?=[ \t]|$)"
+)
+_SETEXT: Final = re.compile(r" {0,3}(?:=+|-+)[ \t]*")
+_TICKS: Final = re.compile(r"`+")
+_AUTOLINK: Final = re.compile(r"<https?://[^\x00-\x20<>]*>")
+_LINK: Final = re.compile(
+    r"\[([^\[\]`<\\\n]*)\]\((https?://(?:[^\s()<>\\`]|\([^\s()<>\\`]*\))+)\)", re.IGNORECASE
+)
+_ENTITY: Final = re.compile(r"&(?:\#[0-9]{1,7}|\#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
+_PUNCT: Final = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+
+
+def md_body(segments: Iterable[tuple[str, Iterable[int]]]) -> list[str]:
+    """Stored text (pieces, each with the citation markers that follow it) as the lines of
+    the Markdown it holds, inert (see the module): sanitized; raw HTML, images, links other
+    than http(s) and link definitions left as text; ATX headings two levels down; our
+    markers `[n]` after any code span, link or code block they would fall in; a setext
+    underline apart from the line above it (a rule or text, never a heading)."""
+    text, marks = "", dict[int, list[int]]()
+    for piece, numbers in segments:
+        text += sanitize(piece)
+        marks.setdefault(len(text), []).extend(numbers)
+    lines = text.split("\n")
+    fences = _fences(lines) or {}
+    out: list[str] = []
+    pending: list[int] = []
+    start = number = 0
+    while number < len(lines):
+        last = fences.get(number)
+        if last is None:
+            if _SETEXT.fullmatch(lines[number]) and out and out[-1].strip():
+                out.append("")  # an underline would make a heading: a rule or text instead
+            out.append(_line_md(lines[number], start, marks, pending))
+            start += len(lines[number]) + 1
+            number += 1
+            continue
+        block = lines[number : last + 1]
+        stop = start + sum(len(line) + 1 for line in block)
+        for offset in [o for o in marks if start <= o < stop]:
+            pending.extend(marks.pop(offset))
+        out.extend(block)
+        if last >= len(lines):  # unclosed: closed here, before our markers
+            out.append(_FENCE_OPEN.match(block[0]).group(2))  # type: ignore[union-attr]
+        if pending:
+            out.append(_markers(pending))
+        start, number = stop, last + 1
+    if pending:
+        out[-1] += _markers(pending)
+    return out
+
+
+def _fences(lines: list[str]) -> dict[int, int] | None:
+    """Fenced code blocks as {opening line: closing line} (past the text when unclosed);
+    None where a fence sits where a line scan cannot be sure of it (in a list item or a
+    quote, indented four or more, or with a line less indented than its opening): then no
+    line is taken for code, and all are made inert as text."""
+    found: dict[int, int] = {}
+    at = 0
+    while at < len(lines):
+        match = _FENCE_OPEN.match(lines[at])
+        if match is None:
+            if _FENCE_ANY.match(lines[at]):
+                return None
+            at += 1
+            continue
+        indent, run = len(match.group(1)), match.group(2)
+        close = re.compile(rf" {{0,3}}{re.escape(run[0])}{{{len(run)},}}[ \t]*")
+        end = at + 1
+        while end < len(lines) and not close.fullmatch(lines[end]):
+            content = lines[end]
+            if content.strip() and len(content) - len(content.lstrip(" ")) < indent:
+                return None
+            end += 1
+        found[at] = end
+        at = end + 1
+    return found
+
+
+def _closing(line: str, run: re.Match[str]) -> re.Match[str] | None:
+    """The backtick run closing the code span `run` opens on `line`, if any."""
+    return re.compile(rf"(?<!`){run.group()}(?!`)").search(line, run.end())
+
+
+def _markers(pending: list[int]) -> str:
+    shown = "".join(f"[{n}]" for n in pending)
+    pending.clear()
+    return shown
+
+
+def _line_md(
+    line: str,
+    start: int,
+    marks: dict[int, list[int]],
+    pending: list[int],
+) -> str:
+    """One line of stored text outside code blocks (it starts at offset `start` of the
+    text), with the markers due in it (see `md_body`)."""
+    out: list[str] = []
+    at = 0
+    heading = _ATX.match(line)
+    if heading:
+        out.append(heading.group(1) + "#" * min(6, len(heading.group(2)) + 2))
+        at = heading.end()
+        for offset in range(start, start + at):  # due before the heading's text
+            pending.extend(marks.pop(offset, ()))
+    after_marker = False
+    while True:
+        pending.extend(marks.pop(start + at, ()))
+        if pending:
+            if out and out[-1] == "!":
+                out[-1] = "\\!"  # `![n]` would open an image
+            out.append(_markers(pending))
+            after_marker = True
+        if at >= len(line):
+            return "".join(out)
+        unit, shown = _unit(line, at)
+        for inner in range(start + at + 1, start + at + len(unit)):
+            pending.extend(marks.pop(inner, ()))
+        if after_marker and shown[0] in "(:":
+            shown = "\\" + shown  # `[n](` would be a link, `[n]:` a definition
+        out.append(shown)
+        after_marker = False
+        at += len(unit)
+
+
+def _unit(line: str, at: int) -> tuple[str, str]:
+    """The unit of `line` at `at` (a character, an escape, a code span, an http(s) autolink
+    or link) and its Markdown."""
+    char, rest = line[at], line[at + 1 : at + 2]
+    if char == "\\" and rest in _PUNCT:
+        return line[at : at + 2], line[at : at + 2]
+    if char == "`":  # a code span closed on its line and holding no `|` (a table cell
+        run = _TICKS.match(line, at)  # could split it), else backticks shown as text
+        assert run is not None
+        closing = _closing(line, run)
+        if closing and "|" not in line[at : closing.end()]:
+            return line[at : closing.end()], line[at : closing.end()]
+        return run.group(), "\\`" * len(run.group())
+    if char == "<":
+        autolink = _AUTOLINK.match(line, at)
+        if autolink:
+            return autolink.group(), autolink.group()
+        return char, "\\<" if re.match(r"[A-Za-z/!?]", rest) else char
+    if char == "!" and _LINK.match(line, at + 1):
+        return char, "\\!"  # an image: shown as its link
+    link = _LINK.match(line, at) if char == "[" else None
+    destination = md_url(link.group(2)) if link else None
+    if link and destination:
+        return link.group(), f"[{link.group(1)}]({destination})"
+    if char == "]" and rest in ("(", ":"):
+        return char, "\\]"  # no other inline link, no definition (so no reference link)
+    entity = _ENTITY.match(line, at) if char == "&" else None
+    if entity:
+        return entity.group(), "\\" + entity.group()
+    return char, char
 
 
 # --- the document ---------------------------------------------------------------------------
@@ -235,7 +423,10 @@ def _part(part: Part) -> Iterator[str]:
         if part.role == "user":
             yield "**User**"
             yield ""
-            yield md_text(part.text) if part.text.strip() else "*(no text)*"
+            if part.text.strip():
+                yield from _contained(md_body([(part.text, ())]))
+            else:
+                yield "*(no text)*"
         else:
             yield from _quote(f"Context ({md_inline(part.source)})", part.text)
     elif isinstance(part, Response):
@@ -304,22 +495,26 @@ def _content(content: Content) -> Iterator[str]:
 def _quote(label: str, text: str, indent: str = "") -> Iterator[str]:
     yield f"{indent}> **{label}**"
     yield f"{indent}>"
-    for line in md_text(text).split("\n"):
-        yield f"{indent}> {line}" if line else f"{indent}>"
+    yield from _contained(md_body([(text, ())]), indent)
+
+
+def _contained(lines: Iterable[str], indent: str = "") -> Iterator[str]:
+    """Lines of stored Markdown inside a block quote of ours."""
+    for line in lines:
+        yield f"{indent}> {line}" if line.strip() else f"{indent}>"
 
 
 def _answer(answer: Answer) -> Iterator[str]:
-    parts: list[str] = []
-    marked = False
-    for segment in answer.segments:
-        text = md_text(segment.text, continued=bool(parts))
-        if marked and _AFTER_MARK.match(text):
-            text = "\\" + text  # our `[n]` then `(` or `:` would make it a link
-        parts.append(text + "".join(f"[{n}]" for n in segment.marks))
-        marked = bool(segment.marks)
-    body = "".join(parts).strip("\n")
     yield ""
-    yield body if body.strip() else "*(no text)*"
+    if answer.text.strip():
+        lines = md_body((segment.text, segment.marks) for segment in answer.segments)
+        while not lines[0].strip():  # the text has some
+            del lines[0]
+        while not lines[-1].strip():
+            del lines[-1]
+        yield from _contained(lines)
+    else:
+        yield "*(no text)*"
     if answer.sources:
         yield ""
         yield "Sources:"

@@ -22,12 +22,14 @@ from markdown_it.token import Token
 
 from convstore.adapters.terminal.render import sanitize
 from convstore.projections import export, portable
-from convstore.projections.markdown import fenced, md_inline, md_link, md_text, md_url
+from convstore.projections.markdown import fenced, md_body, md_inline, md_link, md_text, md_url
 from convstore.projections.portable import ActivityItem, TextItem
 from convstore.storage import Store, open_store
 from tests.test_portable import ingest_examples, items
 
 MD = MarkdownIt("commonmark")
+GFM = MarkdownIt("commonmark").enable("table")
+"""With tables, as the readers that render a model's tables do."""
 CODE_RUNS = ("code_execution", "code_interpreter")
 
 OUR_LIST_ITEMS = (
@@ -101,26 +103,30 @@ def links(md: str) -> list[tuple[str, str]]:
 
 
 def assert_inert_markdown(md: str, urls: Iterable[str] = ()) -> None:
-    """Nothing in `md` but the elements the export writes: no raw HTML, images, rules or
-    ordered lists; no heading, bullet, quote or emphasis that stored text made; links only
-    to `urls` (the stored http and https addresses of sources and suggestions)."""
+    """Nothing in `md` but the elements the export writes, and stored text's own Markdown
+    inside our block quotes: no raw HTML or image anywhere; outside the quotes no heading,
+    bullet, rule or emphasis that stored text made, links only to `urls` (the stored http
+    and https addresses of sources and suggestions); inside them, headings from h3 down and
+    links only to http and https addresses."""
     assert sanitize(md) == md  # nothing a terminal would act on
     allowed = {MD.normalizeLink(u) for url in urls if (u := md_url(url)) is not None}
     tokens = MD.parse(md)
     assert tokens[0].type == "heading_open" and tokens[0].tag == "h1"
-    holders: list[Token] = []
+    quoted = 0
     for at, token in enumerate(tokens):
-        assert token.type not in ("html_block", "hr", "ordered_list_open"), token
-        if token.nesting == -1:
-            holders.pop()
-        elif token.nesting == 1:
-            holders.append(token)
+        assert token.type not in ("html_block", "html_inline", "image"), token
+        quoted += {"blockquote_open": 1, "blockquote_close": -1}.get(token.type, 0)
+        if quoted:
+            if token.type == "heading_open":
+                assert token.tag in ("h3", "h4", "h5", "h6"), token
+            if token.type == "inline":
+                _check_quoted(token)
+            continue
+        assert token.type not in ("hr", "ordered_list_open"), token
         if token.type == "heading_open":
             assert (token.tag == "h1" and at == 0) or token.tag == "h2", token
             if token.tag == "h2":
                 assert tokens[at + 1].content.startswith(("Turn ", "Outside a turn")), token
-        if token.type == "blockquote_open":  # ours open with their bold label
-            assert tokens[at + 2].content.startswith("**"), tokens[at + 2].content
         if token.type != "inline":
             continue
         if tokens[at - 2].type == "list_item_open":  # the first paragraph of a bullet
@@ -150,6 +156,18 @@ def _check_inline(inline: Token, allowed: set[str]) -> None:
             depth += 1
         elif child.type in ("strong_close", "em_close"):
             depth -= 1
+
+
+def _check_quoted(inline: Token) -> None:
+    """Stored text's own inline Markdown: links to http and https only, no marker of ours
+    in a link's text."""
+    children = inline.children or []
+    for at, child in enumerate(children):
+        assert child.type not in ("html_inline", "image"), (child, inline.content)
+        if child.type == "link_open":
+            href = str(child.attrs["href"])
+            assert href.startswith(("http://", "https://")), href
+            assert not re.search(r"\[\d+\]", children[at + 1].content), inline.content
 
 
 # --- stored text reads as stored ---------------------------------------------------------------
@@ -271,6 +289,187 @@ def test_escaping_is_minimal_where_markup_would_form() -> None:
     assert md_text("<b>bold</b> &amp; x") == "\\<b>bold\\</b> \\&amp; x"
     assert md_text("a\x1b[31mb") == "a\u241bb"  # sanitized first: no backslash eaten
     assert md_text("\x1b\\[x]") == "\u241b\\[x]"  # ESC \ is one sequence: one placeholder
+
+
+# --- stored Markdown renders, contained and inert ---------------------------------------------
+
+
+def _body(*segments: tuple[str, list[int]]) -> str:
+    """Stored text as the export writes it: `md_body`'s lines in a block quote."""
+    return "\n".join(f"> {line}" if line.strip() else ">" for line in md_body(segments))
+
+
+def _tokens(md: str) -> list[Token]:
+    """The block tokens and, in order, each inline's children."""
+    flat: list[Token] = []
+    for token in GFM.parse(md):
+        flat.append(token)
+        flat.extend(token.children or ())
+    return flat
+
+
+def assert_contained(md: str, markers: Iterable[int] = (), code: bool = True) -> None:
+    """One block quote holding everything; no raw HTML, image, heading above h3 or link
+    other than http(s); our markers shown, never in a link, nor (with `code`) in code."""
+    tokens = GFM.parse(md)
+    assert tokens[0].type == "blockquote_open" and tokens[-1].type == "blockquote_close", md
+    assert not any(t.type == "blockquote_close" for t in tokens[1:-1] if t.level == 0), md
+    inside_link = False
+    shown = ""
+    for token in _tokens(md):
+        assert token.type not in ("html_block", "html_inline", "image"), (token, md)
+        if token.type == "heading_open":
+            assert token.tag in ("h3", "h4", "h5", "h6"), md
+        if token.type == "link_open":
+            assert str(token.attrs["href"]).startswith(("http://", "https://")), md
+            assert not re.search(r"\[\d+\]", str(token.attrs["href"])), md
+            inside_link = True
+        elif token.type == "link_close":
+            inside_link = False
+        elif token.type == "text":
+            assert not (inside_link and re.search(r"\[\d+\]", token.content)), md
+            shown += token.content
+        elif token.type in ("code_inline", "fence", "code_block"):
+            for number in markers:
+                assert not code or f"[{number}]" not in token.content + token.info, md
+            shown += token.content + token.info
+    for number in markers:
+        assert f"[{number}]" in shown, md
+    html = GFM.render(md)
+    for hostile in ("<script", "<img", 'href="javascript', 'href="data', "<b>"):
+        assert hostile not in html, html
+
+
+def test_a_models_markdown_renders_as_written() -> None:
+    text = (
+        "### Cloudy Skies\n\n**San Francisco** is *mild*; compute 6544 * 65464.\n\n"
+        "- item\n1.  step\n\n> quoted\n\n(see [site](https://example.org/a_(b)), `<div>`)\n\n"
+        "| a | b |\n|---|---|\n| 1 | 2 |\n\n```py\nprint('<b>')\n```"
+    )
+    md = _body((text, []))
+    assert "\\" not in md  # no backslash anywhere: nothing here needs one
+    assert_contained(md)
+    html = GFM.render(md)
+    for element in (
+        "<h5>Cloudy Skies</h5>",
+        "<strong>San Francisco</strong>",
+        "<em>mild</em>; compute 6544 * 65464.",
+        "<li>item</li>",
+        "<ol>\n<li>step</li>",
+        "<blockquote>\n<p>quoted</p>",
+        '<a href="https://example.org/a_%28b%29">site</a>',
+        "<code>&lt;div&gt;</code>",
+        "<td>1</td>",
+        "<code class=\"language-py\">print('&lt;b&gt;')",
+    ):
+        assert element in html, element
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("<script>alert(1)</script>", "<script>alert(1)</script>"),
+        ("<img src=x onerror=alert(1)>", "<img src=x onerror=alert(1)>"),
+        ("<div>\n*x*\n</div>", "<div>"),
+        ("<!-- c --> <?php x ?> <![CDATA[x]]>", "<!-- c -->"),
+        ("[x](javascript:alert(1))", "[x](javascript:alert(1))"),
+        ("[x](data:text/html,hi) [y](<https://a.example>)", "[x](data:text/html,hi)"),
+        ("<javascript:alert(1)> <me@evil.example>", "<javascript:alert(1)>"),
+        ("![pixel](https://track.example/p.png)", "!"),
+        ("[d]\n\n[d]: javascript:alert(1)", "[d]: javascript:alert(1)"),
+        ("[d]: https://evil.example\n\n[d] [x][d]", "[x][d]"),
+        ("## Turn 2\n\nTurn 3\n===\n\nx\n-", "Turn 3"),
+        ("```\n<b>\n", "<b>"),
+        ("- ```\n  x\n  ```\n  <b>y</b>", "<b>y</b>"),
+        ("a `\nb ` <b>c</b> `", "<b>c</b>"),
+        ("| `a | <b>x</b> | b` |\n|-|-|-|", "b>x"),
+        ("\\<b>x\\</b> \\[y](javascript:z)", "<b>x"),
+        ("&lt;script&gt; &#60;b&#62; AT&T", "&lt;script&gt; &#60;b&#62; AT&T"),
+    ],
+)
+def test_hostile_markdown_stays_text(text: str, shown: str) -> None:
+    md = _body((text, [1]))
+    assert_contained(md, [1])
+    html = GFM.render(md)
+    assert "<script" not in html and "<img" not in html and "<b>" not in html, html
+    assert "<h1" not in html and "<h2" not in html and "<div" not in html, html
+    assert 'href="javascript' not in html and 'href="data' not in html, html
+    rendered = "".join(t.content for t in _tokens(md) if t.type in ("text", "code_inline", "fence"))
+    assert shown in rendered, (shown, rendered)
+
+
+@pytest.mark.parametrize(
+    "segments",
+    [
+        [("see [the si", [1]), ("te](https://x.example) now", [2])],
+        [("see [site](https://x.exa", [1]), ("mple/) now", [])],
+        [("run `pri", [1]), ("nt(1)` now", [2])],
+        [("```\nprint(", [1]), ("1)\n```\nafter", [2])],
+        [("```\nopen fence", [1])],
+        [("a <https://x.exa", [1]), ("mple> b", [])],
+        [("look!", [1]), ("[x](https://x.example)", [2])],
+        [("cited", [1]), ("(https://evil.example)", [2]), (": defined", [3])],
+        [("", [1]), ("# heading", [2])],
+    ],
+)
+def test_markers_never_land_in_a_link_or_code(segments: list[tuple[str, list[int]]]) -> None:
+    markers = [n for _, numbers in segments for n in numbers]
+    assert_contained(_body(*segments), markers)
+
+
+_hostile = st.lists(
+    st.one_of(
+        st.sampled_from([*MARKUP, "\n", "\n\n", "    ", "|"]), st.text("ab <>[]()`!:", max_size=4)
+    ),
+    min_size=1,
+    max_size=12,
+).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(_hostile, st.booleans()), min_size=1, max_size=4))
+def test_any_stored_markdown_stays_contained_and_inert(pieces: list[tuple[str, bool]]) -> None:
+    segments = [(text, [at + 1] if cited else []) for at, (text, cited) in enumerate(pieces)]
+    md = _body(*segments)
+    assert sanitize(md) == md
+    # A marker can sit in code a line scan cannot see (an indented block, a fence in a
+    # list item): shown as text there, never in a link.
+    assert_contained(md, [n for _, numbers in segments for n in numbers], code=False)
+
+
+_prose = st.lists(
+    st.one_of(
+        st.from_regex(r"[A-Za-z0-9]{1,8}", fullmatch=True),
+        st.sampled_from(
+            [
+                " ",
+                ", ",
+                ". ",
+                " * ",
+                " - ",
+                " < ",
+                " > ",
+                " & ",
+                "'",
+                " (x) ",
+                "!",
+                " [note] ",
+                "[1]",
+                " a_b ",
+            ]
+        ),
+    ),
+    min_size=1,
+    max_size=20,
+).map(lambda words: " ".join("".join(words).split()))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_prose)
+def test_plain_prose_comes_out_as_it_was_stored(text: str) -> None:
+    """No backslash in prose that forms no markup (`6544 * 65464`, `3 < 5`, `AT&T`,
+    `[note]`)."""
+    assert md_body([(text, [])]) == [text]
 
 
 @pytest.mark.parametrize(
