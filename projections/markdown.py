@@ -459,7 +459,9 @@ def _response(response: Response) -> Iterator[str]:
     if response.state is None:
         yield "*Response still open.*"
     else:
-        line = f"Response {response.state} · {md_inline(response.finish_reason or 'other')}"
+        why = f" ({md_inline(response.end_reason)})" if response.end_reason else ""
+        stop = md_inline(response.finish_reason or "other")
+        line = f"Response {response.state}{why} · {stop}"
         if response.stop_reason and response.stop_reason != response.finish_reason:
             line += f" (provider: {md_inline(response.stop_reason)})"
         error = response.error
