@@ -62,13 +62,14 @@ def _process(*argv: str, stdout: IO[str] | None = None) -> subprocess.CompletedP
 def test_a_missing_file_or_a_folder_is_exit_2_and_writes_nothing(
     capsys: pytest.CaptureFixture[str], store_url: str, tmp_path: Path
 ) -> None:
-    """Scenario 38: `ingest FILE` and `--request` naming a missing file or a folder are
-    one line, exit 2; a second FILE missing stops the first from being recorded too."""
+    """Scenario 38: `ingest FILE` naming a missing file or a folder that holds no capture,
+    and `--request` naming a missing file or a folder, are one line, exit 2; a second FILE
+    missing stops the first from being recorded too."""
     missing = tmp_path / "missing.sse"
     ingest = ["--db", store_url, "ingest", "--provider", "anthropic"]
     cases = {
         "missing file": ([str(missing)], f"{missing}: cannot be read: No such file"),
-        "folder as file": ([str(tmp_path)], f"{tmp_path}: is a folder, not a file"),
+        "folder of no capture": ([str(tmp_path)], f"{tmp_path}: holds no capture"),
         "second file missing": ([str(CAPTURE), str(missing)], f"{missing}: cannot be read"),
         "missing request": (["--request", str(missing), str(CAPTURE)], f"{missing}: cannot"),
         "folder as request": (["--request", str(tmp_path), str(CAPTURE)], "is a folder"),
