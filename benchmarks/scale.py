@@ -75,7 +75,8 @@ from benchmarks import workload
 from benchmarks.common import Figure, render_table
 from benchmarks.search import DSN, p95, rare_pool, rare_word, rare_words, worker
 from convstore.adapters.recording.jobs import read_capture
-from convstore.adapters.wire.providers import PROVIDERS, adapter
+from convstore.adapters.wire.names import PROVIDERS
+from convstore.adapters.wire.providers import adapter
 from convstore.domain import (
     AssistantText,
     ContextInjected,

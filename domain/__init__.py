@@ -1,60 +1,70 @@
 """The domain: the vocabulary, the Conversation aggregate and its invariants, the service.
 
 Imports nothing of convstore outside itself; persistence is handed to the service.
+
+Its names are loaded on first use (PEP 562), from the modules `_HOMES` lists: importing
+`convstore.domain.errors` alone, as the command line's `--help` does, loads no third-party
+module.
 """
 
-from convstore.domain.conversation import (
-    Conversation,
-    ConversationState,
-    new_conversation_id,
-    parse_conversation_id,
-)
-from convstore.domain.events import (
-    EVENT_TYPES,
-    AssistantText,
-    ContextInjected,
-    ConversationEvent,
-    Event,
-    HostedActivity,
-    Reasoning,
-    ResponseEnded,
-    ResponseStarted,
-    Started,
-    ToolCallRequested,
-    ToolCallResponded,
-    TurnEnded,
-    TurnStarted,
-    UnknownArtifact,
-    UserMessage,
-)
-from convstore.domain.service import (
-    ConversationFilter,
-    ConversationRepository,
-    ConversationService,
-    ConversationSummary,
-)
-from convstore.domain.vocabulary import (
-    ActivityId,
-    Attribution,
-    CallId,
-    CodeOutput,
-    ConversationId,
-    Display,
-    ErrorInfo,
-    Location,
-    Notice,
-    NoticeKind,
-    PayloadReading,
-    ProviderPayload,
-    RequestSettings,
-    ResponseId,
-    Source,
-    TextRange,
-    ToolDeclaration,
-    TurnId,
-    Usage,
-    Writer,
-)
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from convstore.domain.conversation import (
+        Conversation,
+        ConversationState,
+        new_conversation_id,
+        parse_conversation_id,
+    )
+    from convstore.domain.events import (
+        EVENT_TYPES,
+        AssistantText,
+        ContextInjected,
+        ConversationEvent,
+        Event,
+        HostedActivity,
+        Reasoning,
+        ResponseEnded,
+        ResponseStarted,
+        Started,
+        ToolCallRequested,
+        ToolCallResponded,
+        TurnEnded,
+        TurnStarted,
+        UnknownArtifact,
+        UserMessage,
+    )
+    from convstore.domain.service import (
+        ConversationFilter,
+        ConversationRepository,
+        ConversationService,
+        ConversationSummary,
+    )
+    from convstore.domain.vocabulary import (
+        ActivityId,
+        Attribution,
+        CallId,
+        CodeOutput,
+        ConversationId,
+        Display,
+        ErrorInfo,
+        Location,
+        Notice,
+        NoticeKind,
+        PayloadReading,
+        ProviderPayload,
+        RequestSettings,
+        ResponseId,
+        Source,
+        TextRange,
+        ToolDeclaration,
+        TurnId,
+        Usage,
+        Writer,
+    )
 
 __all__ = [
     "EVENT_TYPES",
@@ -102,3 +112,18 @@ __all__ = [
     "new_conversation_id",
     "parse_conversation_id",
 ]
+
+_HOMES = ("events", "vocabulary", "conversation", "service")
+"""The modules that define the names above, searched in this order."""
+
+
+def __getattr__(name: str) -> object:
+    """A public name, imported from its module on first use."""
+    if name in __all__:
+        for home in _HOMES:
+            module = import_module(f"{__name__}.{home}")
+            if hasattr(module, name):
+                value = getattr(module, name)
+                globals()[name] = value
+                return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

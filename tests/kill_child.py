@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from convstore.adapters.recording import jobs
-from convstore.adapters.wire.providers import PROVIDERS, adapter
+from convstore.adapters.wire.names import PROVIDERS
+from convstore.adapters.wire.providers import adapter
 from convstore.domain import ConversationId, ResponseStarted
 from convstore.domain.service import ConversationService
 from convstore.storage import open_store

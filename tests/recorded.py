@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Final
 
 from convstore.adapters.recording.jobs import read_capture
-from convstore.adapters.wire.providers import PROVIDERS, adapter
+from convstore.adapters.wire.names import PROVIDERS
+from convstore.adapters.wire.providers import adapter
 from convstore.domain.conversation import Conversation
 from convstore.domain.errors import DecodeError
 from convstore.domain.events import Event, UnknownArtifact

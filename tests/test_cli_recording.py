@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 
 from convstore.adapters import cli
-from convstore.adapters.wire.providers import PROVIDERS, adapter
+from convstore.adapters.wire.names import PROVIDERS
+from convstore.adapters.wire.providers import adapter
 from convstore.domain import (
     AssistantText,
     Event,

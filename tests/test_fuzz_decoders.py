@@ -56,7 +56,8 @@ from convstore.adapters.anthropic import decode as anthropic_decode
 from convstore.adapters.google import decode as google_decode
 from convstore.adapters.openai import decode as openai_decode
 from convstore.adapters.recording.jobs import CHUNK_BYTES, ingest, read_capture
-from convstore.adapters.wire.providers import PROVIDERS, adapter
+from convstore.adapters.wire.names import PROVIDERS
+from convstore.adapters.wire.providers import adapter
 from convstore.adapters.wire.sse import SSEDecodeError, SSEFramer, iter_events
 from convstore.domain.conversation import Conversation
 from convstore.domain.errors import DecodeError

@@ -525,7 +525,7 @@ def test_a_signal_while_the_program_starts_is_one_line(tmp_path: Path, signum: i
     lines: list[bytes] = []
     for line in child.stderr:
         lines.append(line)
-        if line.rstrip().endswith(b"convstore.domain.events"):  # inside program's import
+        if line.rstrip().endswith(b"convstore.adapters.cli.registry"):  # inside program's
             child.send_signal(signum)
             break
     lines += child.stderr.readlines()

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from convstore.adapters.recording import jobs
-from convstore.adapters.wire.providers import PROVIDERS
+from convstore.adapters.wire.names import PROVIDERS
 from convstore.domain import (
     ActivityId,
     CallId,

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from convstore.adapters.wire.providers import PROVIDERS
+from convstore.adapters.wire.names import PROVIDERS
 from tests.replay_server import Capture
 from tests.sdk_oracle import Cite, Reading, cases, differences, our_reading
 from tests.sdk_readers import READERS, as_sse, merged_reading, with_event_names

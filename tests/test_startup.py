@@ -15,10 +15,10 @@ NEVER_TO_LIST += ("convstore.adapters.openai", "convstore.adapters.google")
 NEVER_TO_LIST += ("convstore.adapters.recording.asking", "convstore.adapters.http.transport")
 
 
-def imported(*argv: str) -> set[str]:
-    """The modules a fresh `convstore ARGV` imports."""
+def imported(*argv: str, program: tuple[str, ...] = ("-m", "convstore.adapters.cli")) -> set[str]:
+    """The modules a fresh `convstore ARGV` imports (`program`: what the interpreter runs)."""
     done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "convstore.adapters.cli", *argv],
+        [sys.executable, "-X", "importtime", *program, *argv],
         capture_output=True,
         text=True,
         check=False,
@@ -50,3 +50,19 @@ def test_help_and_list_load_no_http_no_provider_and_no_postgres(
         or any(m == name or m.startswith(f"{name}.") for name in NEVER_TO_LIST)
     )
     assert loaded == []
+
+
+def test_help_loads_no_third_party_module() -> None:
+    """`--help` (and `--version`) load the standard library and convstore's light modules
+    only: no msgspec, no eventsourcing, no platformdirs, not even the package metadata
+    reader. What the bare interpreter loads (site hooks of the environment) is not ours."""
+    bare = imported(program=("-c", "pass"))
+    for argv in (["--help"], ["--version"], ["list", "--help"], ["ingest", "--help"]):
+        modules = imported(*argv) - bare
+        assert "convstore.adapters.cli.program" in modules
+        foreign = sorted(
+            m for m in modules if m.split(".")[0] not in {*sys.stdlib_module_names, "convstore"}
+        )
+        assert foreign == [], argv
+        if argv != ["--version"]:  # the one that reads the package metadata
+            assert not any(m.startswith("importlib.metadata") for m in modules)

@@ -53,9 +53,6 @@ def run() -> NoReturn:
     signal.signal(signal.SIGTERM, _starting)
     from convstore.adapters.cli import program
 
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # `main` installs its own
-    code = program.main()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # done: a late signal changes nothing
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    sys.exit(code)
+    # `main` installs its own handlers first thing, and leaves the signals ignored once
+    # the command's outcome is decided: a late signal changes nothing.
+    sys.exit(program.main(restore_signals=False))

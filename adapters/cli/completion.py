@@ -10,7 +10,6 @@ have them (providers, formats) and file names elsewhere. zsh runs the bash scrip
 from __future__ import annotations
 
 import argparse
-import shlex
 
 from convstore.adapters.cli.registry import PROG, Session, command
 
@@ -61,6 +60,8 @@ def _options(parser: argparse.ArgumentParser) -> tuple[list[str], dict[str, list
 
 def bash_script(parser: argparse.ArgumentParser) -> str:
     """The bash completion function for `parser`'s program, and its registration."""
+    import shlex
+
     commands = _subparsers(parser)
     global_options, _ = _options(parser)
     cases: list[str] = []

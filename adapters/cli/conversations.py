@@ -7,7 +7,6 @@ import os
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from convstore.adapters.cli.integrity import EXIT_BROKEN, chain_warning
@@ -18,15 +17,18 @@ from convstore.adapters.cli.registry import (
     all_ids,
     command,
     json_flag,
+    path,
     positive_number,
     resolve_id,
     whole_number,
 )
-from convstore.adapters.terminal import render, transcript
-from convstore.domain import ConversationFilter, ConversationId, ConversationSummary
+from convstore.adapters.terminal import render
 from convstore.domain.errors import ConfigurationError, IntegrityError
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from convstore.domain import ConversationId, ConversationSummary
     from convstore.projections.chain import ChainStatus
     from convstore.projections.portable import PortableConversation
 
@@ -80,6 +82,9 @@ def _list_arguments(parser: argparse.ArgumentParser) -> None:
 def list_conversations(args: argparse.Namespace, session: Session) -> int:
     """A header, one line per conversation (short id, started, provider/model, turns,
     title), then how many of how many are shown; with `--json`, every field."""
+    from convstore.adapters.terminal import transcript
+    from convstore.domain import ConversationFilter
+
     where = ConversationFilter(
         provider=args.provider,
         model=args.model,
@@ -106,6 +111,8 @@ def list_conversations(args: argparse.Namespace, session: Session) -> int:
 
 def _summary_data(summary: ConversationSummary) -> dict[str, Any]:
     """A listed conversation as JSON: today's keys, and `conversation_id`, `created_at`."""
+    from convstore.adapters.terminal import transcript
+
     data: dict[str, Any] = transcript.to_data(summary)
     data["conversation_id"] = data["id"]
     data["created_at"] = _iso(summary.created_on)
@@ -134,6 +141,7 @@ def show(args: argparse.Namespace, session: Session) -> int:
     only; with `--chain`, `{"chain": …, "events": […]}`). Its stored chain is verified as
     it is read: when it does not hold, a warning on stderr, what is stored is shown all
     the same, and the exit is 5."""
+    from convstore.adapters.terminal import transcript
     from convstore.adapters.wire.providers import read_payload
     from convstore.projections import chain, portable, presentation
 
@@ -209,7 +217,7 @@ def export_command(args: argparse.Namespace, session: Session) -> int:
     if args.json and args.output is None:
         raise ConfigurationError("--json summarizes the files written: use it with -o PATH")
     folder = args.output is not None and args.output.endswith(("/", os.sep))
-    args.output = Path(args.output) if args.output is not None else None
+    args.output = path(args.output) if args.output is not None else None
     run = _Export(args, session)
     if args.id is not None:
         conversation_id = resolve_id(session.reader, args.id)

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from convstore.adapters.terminal.render import Renderer
-from convstore.adapters.wire.providers import PROVIDERS, adapter
+from convstore.adapters.wire.names import PROVIDERS
+from convstore.adapters.wire.providers import adapter
 from convstore.domain.errors import ConfigurationError
 from convstore.domain.events import ResponseEnded
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-import msgspec
-
 from convstore.adapters.cli.registry import (
     Progress,
     Session,
@@ -27,6 +25,8 @@ def _seconds(text: str) -> float:
 
 
 def _projection_report(session: Session, report: object, as_json: bool) -> None:
+    import msgspec
+
     from convstore.projections.follower import Report
 
     assert isinstance(report, Report)
@@ -70,6 +70,8 @@ def search_command(args: argparse.Namespace, session: Session) -> int:
     """Brings the index up to the log's head (unless `--no-catch-up`: then says how far
     behind it is), then prints the best hits: conversation, turn, version, kind, and a
     snippet with the matches in [ ]."""
+    import msgspec
+
     from convstore.projections import query, search
 
     query.parse_query(args.query)  # a query with nothing to search for fails before indexing

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from convstore.adapters.cli.registry import (
@@ -14,6 +13,7 @@ from convstore.adapters.cli.registry import (
     all_ids,
     command,
     json_flag,
+    path,
     read_file,
     resolve_id,
 )
@@ -120,7 +120,7 @@ def _verify_arguments(parser: argparse.ArgumentParser) -> None:
     which.add_argument("--all", action="store_true", help="every conversation (the default)")
     parser.add_argument(
         "--anchor",
-        type=Path,
+        type=path,
         metavar="FILE",
         help="also compare with the chain heads `convstore anchor` exported earlier",
     )
@@ -157,7 +157,7 @@ def verify_command(args: argparse.Namespace, session: Session) -> int:
 
 def _anchor_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "-o", "--output", type=Path, metavar="FILE", help="write the anchor file here"
+        "-o", "--output", type=path, metavar="FILE", help="write the anchor file here"
     )
     json_flag(parser)
 

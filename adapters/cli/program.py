@@ -11,7 +11,6 @@ import os
 import signal
 import sys
 import threading
-import traceback
 from collections.abc import Sequence
 
 from convstore.adapters.cli import completion, conversations, index, integrity, record
@@ -86,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     db_help = f"the store: a path, sqlite:///…, postgresql://… (default: ${ENV_URL}, then a file"
     db_help += " in the user data folder)"
     parser.add_argument("--db", metavar="URL", default=None, help=db_help)
-    parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
+    parser.add_argument("--version", action=_Version, help="show the version and exit")
     # `--db` is accepted after the command too; SUPPRESS keeps the global value if absent.
     common = _Parser(add_help=False)
     common.add_argument("--db", metavar="URL", default=argparse.SUPPRESS, help=db_help)
@@ -107,13 +106,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+class _Version(argparse.Action):
+    """`--version`: the installed version, looked up only when asked for (reading the
+    package metadata costs more than the rest of `--help`)."""
 
-    try:
-        return version("convstore")
-    except PackageNotFoundError:  # run from a tree that was never installed
-        return "(not installed)"
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("convstore")
+        except PackageNotFoundError:  # run from a tree that was never installed
+            found = "(not installed)"
+        parser._print_message(f"{PROG} {found}\n", sys.stdout)
+        parser.exit()
 
 
 class Stopped(KeyboardInterrupt):
@@ -128,20 +142,26 @@ def _stop(signum: int, frame: object) -> None:
     raise Stopped(signum)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit code."""
+def main(argv: Sequence[str] | None = None, *, restore_signals: bool = True) -> int:
+    """Run the command line; return the exit code.
+
+    On the main thread, SIGINT and SIGTERM stop the command (exit 130, 143) until its
+    outcome is decided, and are ignored from then on; the handlers found are put back on
+    return unless `restore_signals` is false (the `convstore` program, which then ends)."""
     if threading.current_thread() is not threading.main_thread():
         return _main(argv)
     previous = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, _stop)
         return _main(argv)
     except KeyboardInterrupt as stopped:  # before the command ran, or while it ended
         _finished()
         return _stopped(Renderer(sys.stderr), stopped)
     finally:
-        signal.signal(signal.SIGINT, previous[0])
-        signal.signal(signal.SIGTERM, previous[1])
+        if restore_signals:
+            signal.signal(signal.SIGINT, previous[0])
+            signal.signal(signal.SIGTERM, previous[1])
 
 
 def _stopped(err: Renderer, stopped: KeyboardInterrupt) -> int:
@@ -195,6 +215,8 @@ def _main(argv: Sequence[str] | None) -> int:
     except Exception as error:
         _finished()
         if os.environ.get(ENV_DEBUG):
+            import traceback
+
             err.write(traceback.format_exc())
         detail = render.shorten(str(error), 300)
         err.line(f"{PROG}: internal error: {type(error).__name__}: {detail}")

@@ -5,10 +5,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from pathlib import Path
-from typing import Any
-
-import msgspec
+from typing import TYPE_CHECKING, Any
 
 from convstore.adapters.cli.registry import (
     PROG,
@@ -19,18 +16,21 @@ from convstore.adapters.cli.registry import (
     command,
     error_detail,
     json_flag,
+    path,
     positive_number,
     provider_name,
     read_file,
     resolve_id,
 )
-from convstore.adapters.recording import batch, jobs
-from convstore.adapters.terminal import render, transcript
-from convstore.adapters.terminal.live import LiveView
-from convstore.adapters.wire.consent import KEPT_DECLARED
-from convstore.domain import CallId, ConversationId, ResponseStarted, parse_conversation_id
-from convstore.domain.calls import UnansweredCall, unanswered_calls
+from convstore.adapters.terminal import render
 from convstore.domain.errors import ConvstoreError, DecodeError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from convstore.adapters.recording import batch, jobs
+    from convstore.domain import ConversationId
+    from convstore.domain.calls import UnansweredCall
 
 
 def _ingest_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +43,7 @@ def _ingest_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--request",
-        type=Path,
+        type=path,
         action="append",
         default=[],
         metavar="REQ",
@@ -57,7 +57,7 @@ def _ingest_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "files",
         nargs="+",
-        type=Path,
+        type=path,
         metavar="FILE",
         help="a response body (SSE or JSON; - reads standard input), each its own"
         " conversation; or a capture folder (N.request.json, N.response.*, N.meta.json), or"
@@ -75,7 +75,9 @@ def ingest(args: argparse.Namespace, session: Session) -> int:
     first write: a missing file, an unreadable folder, a request of the wrong shape, a
     `--request` count that does not match the files. 130 or 143 when a signal stopped it
     (the capture being read is recorded as far as it was read)."""
-    conversation = parse_conversation_id(args.conversation) if args.conversation else None
+    from convstore.adapters.recording import batch
+
+    conversation = resolve_id(session.store, args.conversation) if args.conversation else None
     with batch.planned(
         args.provider,
         args.files,
@@ -116,6 +118,7 @@ def ingest(args: argparse.Namespace, session: Session) -> int:
 def _ingest_data(report: batch.BatchReport, total: int) -> dict[str, object]:
     """`ingest --json`: one item per capture and the summary; for one capture, its
     `conversation_id` and `responses` (and `error`) at the top level too, as before."""
+
     items = [_capture_data(item) for item in report.done]
     data: dict[str, object] = {"captures": items, "summary": report.summary(total)}
     if total == 1 and items:
@@ -127,6 +130,8 @@ def _ingest_data(report: batch.BatchReport, total: int) -> dict[str, object]:
 
 def _capture_data(item: batch.Done) -> dict[str, object]:
     """One capture's item: its path, conversation and responses, and its error if any."""
+    import msgspec
+
     done = item.report
     data: dict[str, object] = {
         "path": item.capture.name,
@@ -142,6 +147,8 @@ def _capture_data(item: batch.Done) -> dict[str, object]:
 def _ingest_lines(report: jobs.IngestReport) -> list[str]:
     """A capture's lines: its conversation, the request messages recorded first, and
     what became of each response."""
+    from convstore.adapters.terminal import transcript
+
     lines = [] if report.conversation_id is None else [f"conversation {report.conversation_id}"]
     if report.history_messages:
         count = report.history_messages
@@ -177,6 +184,13 @@ def replay(args: argparse.Namespace, session: Session) -> int:
     the loss report instead: what the request leaves out, the hosted tools kept declared
     for pending work, and the client tool calls without a result (the provider refuses
     the request until each has one)."""
+    import msgspec
+
+    from convstore.adapters.recording import jobs
+    from convstore.adapters.terminal import transcript
+    from convstore.adapters.wire.consent import KEPT_DECLARED
+    from convstore.domain.calls import unanswered_calls
+
     conversation = resolve_id(session.reader, args.id)
     events = session.reader.service.history(conversation)
     request = jobs.replay(
@@ -275,7 +289,10 @@ def ask(args: argparse.Namespace, session: Session) -> int:
     """The answer as it streams; exit 0, 3 when the last response ended failed or
     abandoned (what arrived is kept), 130 or 143 when a signal stopped it (what arrived is
     recorded first). Refused (exit 2) before anything is sent or written."""
+    import msgspec
+
     from convstore.adapters.recording import asking  # here: other commands send nothing
+    from convstore.adapters.terminal.live import LiveView
 
     conversation = resolve_id(session.reader, args.conversation) if args.conversation else None
     view = (
@@ -346,6 +363,8 @@ def ask(args: argparse.Namespace, session: Session) -> int:
 
 
 def _recorded_provider(session: Session, conversation: ConversationId | None) -> str | None:
+    from convstore.domain import ResponseStarted
+
     if conversation is None:
         return None
     providers = [
@@ -404,6 +423,8 @@ def repair(args: argparse.Namespace, session: Session) -> int:
     """Append the repairs (never rewrites): the open response ends abandoned, every
     unanswered client tool call gets a synthetic error result. A response whose writer is
     alive is refused (exit 2, nothing written) unless `--force`."""
+    from convstore.adapters.terminal import transcript
+
     recorded = session.service.repair(resolve_id(session.store, args.id), force=args.force)
     if args.json:
         session.out.json_array(transcript.to_data(event) for event in recorded)
@@ -425,7 +446,7 @@ def _answer_arguments(parser: argparse.ArgumentParser) -> None:
     result = parser.add_mutually_exclusive_group(required=True)
     result.add_argument("--text", metavar="T", help="the result")
     result.add_argument(
-        "--result-file", type=Path, metavar="FILE", help="the result: the file's text (UTF-8)"
+        "--result-file", type=path, metavar="FILE", help="the result: the file's text (UTF-8)"
     )
     result.add_argument("--error", metavar="T", help="an error result: the tool failed")
     json_flag(parser)
@@ -438,6 +459,12 @@ def answer(args: argparse.Namespace, session: Session) -> int:
     tool call for (a hosted activity's included), a call already answered, a file that
     cannot be read or is not UTF-8 text, or a live writer holding a response open in the
     conversation (a response whose writer is gone is closed first)."""
+    import msgspec
+
+    from convstore.adapters.terminal import transcript
+    from convstore.domain import CallId
+    from convstore.domain.calls import unanswered_calls
+
     conversation = resolve_id(session.store, args.id)
     service = session.service
     if args.result_file is not None:

@@ -6,19 +6,18 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
-from convstore.adapters.config.loading import load_config, lookup
 from convstore.adapters.terminal import render
 from convstore.adapters.terminal.render import Renderer
-from convstore.adapters.wire.providers import PROVIDERS
-from convstore.domain import ConversationService
+from convstore.adapters.wire.names import PROVIDERS
 from convstore.domain.errors import ConfigurationError
-from convstore.domain.vocabulary import ConversationId
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from convstore.domain import ConversationService
+    from convstore.domain.vocabulary import ConversationId
     from convstore.storage import Store
 
 PROG = "convstore"
@@ -66,6 +65,7 @@ class Session:
         return self._store
 
     def _open(self, *, read_only: bool) -> Store:
+        from convstore.adapters.config.loading import load_config, lookup
         from convstore.storage import open_store  # here: `--help` needs no database
         from convstore.storage.mapper import DEFAULT_MAX_EVENT_BYTES
 
@@ -104,8 +104,7 @@ def error_detail(error: BaseException) -> dict[str, object]:
 Run = Callable[[argparse.Namespace, Session], int]
 
 
-@dataclass(frozen=True)
-class Command:
+class Command(NamedTuple):
     """One subcommand: its help line, its arguments, and the function that runs it."""
 
     name: str
@@ -156,6 +155,13 @@ def positive_number(text: str) -> int:
     if value == 0:
         raise argparse.ArgumentTypeError("must be at least 1")
     return value
+
+
+def path(text: str) -> Path:
+    """A path argument (pathlib is loaded only when one is given: `--help` needs none)."""
+    from pathlib import Path
+
+    return Path(text)
 
 
 def json_flag(parser: argparse.ArgumentParser) -> None:
@@ -256,6 +262,7 @@ def resolve_id(store: Store, text: str) -> ConversationId:
     from uuid import UUID
 
     from convstore.domain.errors import AmbiguousId, ConversationNotFound
+    from convstore.domain.vocabulary import ConversationId
 
     shown = render.one_line(text)
     try:
@@ -280,6 +287,8 @@ def resolve_id(store: Store, text: str) -> ConversationId:
 def all_ids(store: Store) -> Iterator[ConversationId]:
     """Every conversation's id, in the order they started, without decoding an event: one
     whose first event this version cannot read is listed too (`--all` names it, and goes on)."""
+    from convstore.domain.vocabulary import ConversationId
+
     offset = 0
     while page := store.recorder.select_first_events(offset=offset, limit=500):
         yield from (ConversationId(first.originator_id) for first in page)

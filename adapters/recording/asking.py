@@ -20,8 +20,9 @@ from convstore.adapters.config.app import AppConfig, checked
 from convstore.adapters.config.loading import load_config
 from convstore.adapters.http.errors import ProviderHTTPError
 from convstore.adapters.recording.live import Interrupts, RecordingThread
+from convstore.adapters.wire.names import PROVIDERS
 from convstore.adapters.wire.preview import Piece, previewed
-from convstore.adapters.wire.providers import PROVIDERS, EncodedRequest, ProviderAdapter, adapter
+from convstore.adapters.wire.providers import EncodedRequest, ProviderAdapter, adapter
 from convstore.domain.calls import unanswered_calls
 from convstore.domain.conversation import new_conversation_id
 from convstore.domain.errors import ConfigurationError

@@ -27,7 +27,6 @@ becomes `\\n`: only a bare CR is a control.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from typing import Any, Final, Protocol
@@ -125,6 +124,8 @@ def to_json(data: Any) -> str:
 
     Lossless: parsing the result gives back exactly `data`'s strings.
     """
+    import json  # here: `--help` prints no JSON
+
     return inert_json(json.dumps(data, ensure_ascii=False, separators=(",", ":")))
 
 

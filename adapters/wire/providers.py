@@ -20,6 +20,7 @@ from typing import Any, Final, Protocol, TypeVar
 
 import msgspec
 
+from convstore.adapters.wire.names import PROVIDERS
 from convstore.adapters.wire.preview import Preview
 from convstore.adapters.wire.secrets import scrub_request
 from convstore.domain.errors import ConfigurationError
@@ -234,10 +235,6 @@ class ProviderAdapter:
         if self.send is None:
             raise ConfigurationError(f"sending requests to {self.name!r} is not supported")
         return self.send
-
-
-PROVIDERS: tuple[str, ...] = ("anthropic", "openai", "google")
-"""Every provider name the commands accept."""
 
 
 def read_payload(payload: ProviderPayload) -> PayloadReading | None:

@@ -1,0 +1,7 @@
+"""The providers' names, in the standard library only: `--help` lists them without
+loading an adapter."""
+
+from __future__ import annotations
+
+PROVIDERS: tuple[str, ...] = ("anthropic", "openai", "google")
+"""Every provider name the commands accept."""
