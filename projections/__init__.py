@@ -2,24 +2,10 @@
 the presentation model a person reads (`presentation`, rendered by `show` and the
 Markdown export) with its shared wording, the search index and its follower, the audit,
 and the chain verification (`verify`; `chain`, the status a reader checks as it reads).
+Each is imported by its full name: no re-exports here, so a command loads only what it
+reads with.
 
 May import: `convstore.domain`, `convstore.storage` (the index and `verify` read the
 recorders), and the one sanitizer (`convstore.adapters.terminal.render`,
 standard library only) for what the exports write.
 """
-
-from convstore.projections.export import FORMATS, file_name, render, write_all, write_one
-from convstore.projections.portable import SCHEMA, PortableConversation, fold, load, load_all
-
-__all__ = [
-    "FORMATS",
-    "SCHEMA",
-    "PortableConversation",
-    "file_name",
-    "fold",
-    "load",
-    "load_all",
-    "render",
-    "write_all",
-    "write_one",
-]

@@ -13,7 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from convstore.adapters.terminal.render import Renderer, one_line, sanitize, to_json
-from convstore.adapters.terminal.transcript import summary_line, to_data, transcript
+from convstore.adapters.terminal.transcript import transcript
+from convstore.adapters.terminal.values import summary_line, to_data
 from convstore.domain import (
     AssistantText,
     Attribution,

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 
 LIST_HEADER = f"{'ID':<8}  {'STARTED':<23}  {'PROVIDER/MODEL':<28}  {'TURNS':>5}  TITLE"
-"""The listing's header, its columns as wide as `transcript.summary_line`'s."""
+"""The listing's header, its columns as wide as `values.summary_line`'s."""
 
 
 def _moment(text: str) -> datetime:
@@ -82,7 +82,7 @@ def _list_arguments(parser: argparse.ArgumentParser) -> None:
 def list_conversations(args: argparse.Namespace, session: Session) -> int:
     """A header, one line per conversation (short id, started, provider/model, turns,
     title), then how many of how many are shown; with `--json`, every field."""
-    from convstore.adapters.terminal import transcript
+    from convstore.adapters.terminal import values
     from convstore.domain import ConversationFilter
 
     where = ConversationFilter(
@@ -103,7 +103,7 @@ def list_conversations(args: argparse.Namespace, session: Session) -> int:
     total = service.count(where)
     if summaries:
         session.out.line(LIST_HEADER)
-        session.out.lines(transcript.summary_line(summary) for summary in summaries)
+        session.out.lines(values.summary_line(summary) for summary in summaries)
     start = f" (from {args.offset + 1:,})" if args.offset and summaries else ""
     session.out.line(f"{len(summaries):,} of {total:,} shown{start}")
     return 0
@@ -111,9 +111,9 @@ def list_conversations(args: argparse.Namespace, session: Session) -> int:
 
 def _summary_data(summary: ConversationSummary) -> dict[str, Any]:
     """A listed conversation as JSON: today's keys, and `conversation_id`, `created_at`."""
-    from convstore.adapters.terminal import transcript
+    from convstore.adapters.terminal import values
 
-    data: dict[str, Any] = transcript.to_data(summary)
+    data: dict[str, Any] = values.to_data(summary)
     data["conversation_id"] = data["id"]
     data["created_at"] = _iso(summary.created_on)
     last = summary.last_activity_at
@@ -141,7 +141,7 @@ def show(args: argparse.Namespace, session: Session) -> int:
     only; with `--chain`, `{"chain": …, "events": […]}`). Its stored chain is verified as
     it is read: when it does not hold, a warning on stderr, what is stored is shown all
     the same, and the exit is 5."""
-    from convstore.adapters.terminal import transcript
+    from convstore.adapters.terminal import transcript, values
     from convstore.adapters.wire.providers import read_payload
     from convstore.projections import chain, portable, presentation
 
@@ -156,10 +156,10 @@ def show(args: argparse.Namespace, session: Session) -> int:
     status = chain.chain_status(store, conversation_id)
     if args.json and args.chain:
         session.out.write(f'{{"chain": {render.to_json(chain.to_data(status))}, "events": ')
-        session.out.json_array(transcript.to_data(event) for event in everything)
+        session.out.json_array(values.to_data(event) for event in everything)
         session.out.line("}")
     elif args.json:
-        session.out.json_array(transcript.to_data(event) for event in everything)
+        session.out.json_array(values.to_data(event) for event in everything)
     else:
         reading = portable.fold(everything, read_payload)
         session.out.lines(transcript.transcript_lines(presentation.present(reading, status)))

@@ -147,13 +147,13 @@ def _capture_data(item: batch.Done) -> dict[str, object]:
 def _ingest_lines(report: jobs.IngestReport) -> list[str]:
     """A capture's lines: its conversation, the request messages recorded first, and
     what became of each response."""
-    from convstore.adapters.terminal import transcript
+    from convstore.adapters.terminal import values
 
     lines = [] if report.conversation_id is None else [f"conversation {report.conversation_id}"]
     if report.history_messages:
         count = report.history_messages
         lines.append(f"  {count} request message{'s' if count != 1 else ''} recorded first")
-    lines += [transcript.outcome_line(o, report.conversation_id) for o in report.responses]
+    lines += [values.outcome_line(o, report.conversation_id) for o in report.responses]
     return lines
 
 
@@ -187,7 +187,7 @@ def replay(args: argparse.Namespace, session: Session) -> int:
     import msgspec
 
     from convstore.adapters.recording import jobs
-    from convstore.adapters.terminal import transcript
+    from convstore.adapters.terminal import values
     from convstore.adapters.wire.consent import KEPT_DECLARED
     from convstore.domain.calls import unanswered_calls
 
@@ -214,7 +214,7 @@ def replay(args: argparse.Namespace, session: Session) -> int:
     if not left_out:
         refused = " (but see below: the provider refuses it as it stands)" if calls else ""
         session.out.line(f"nothing is left out replaying to {args.provider}{refused}")
-    session.out.lines(transcript.loss_line(loss) for loss in left_out)
+    session.out.lines(values.loss_line(loss) for loss in left_out)
     session.out.lines(
         _note_line(loss.version, loss.event, f"kept declared: {loss.reason}")
         for loss in request.losses
@@ -423,11 +423,11 @@ def repair(args: argparse.Namespace, session: Session) -> int:
     """Append the repairs (never rewrites): the open response ends abandoned, every
     unanswered client tool call gets a synthetic error result. A response whose writer is
     alive is refused (exit 2, nothing written) unless `--force`."""
-    from convstore.adapters.terminal import transcript
+    from convstore.adapters.terminal import transcript, values
 
     recorded = session.service.repair(resolve_id(session.store, args.id), force=args.force)
     if args.json:
-        session.out.json_array(transcript.to_data(event) for event in recorded)
+        session.out.json_array(values.to_data(event) for event in recorded)
     elif not recorded:
         session.out.line("nothing to repair")
     else:
@@ -461,7 +461,7 @@ def answer(args: argparse.Namespace, session: Session) -> int:
     conversation (a response whose writer is gone is closed first)."""
     import msgspec
 
-    from convstore.adapters.terminal import transcript
+    from convstore.adapters.terminal import transcript, values
     from convstore.domain import CallId
     from convstore.domain.calls import unanswered_calls
 
@@ -480,7 +480,7 @@ def answer(args: argparse.Namespace, session: Session) -> int:
                 "conversation_id": str(conversation),
                 "call_id": args.call_id,
                 "is_error": is_error,
-                "events": [transcript.to_data(event) for event in recorded],
+                "events": [values.to_data(event) for event in recorded],
                 "unanswered": [msgspec.to_builtins(call) for call in left],
             }
         )

@@ -1,5 +1,4 @@
-"""What the command line shows: a conversation's transcript as lines of text, domain
-values as lines and as JSON data.
+"""What `show` prints: a conversation's transcript as lines of text.
 
 The transcript is the presentation model (`projections.presentation`: the same one the
 Markdown export renders) drawn as lines: one per hosted activity with its outcome
@@ -14,15 +13,9 @@ and a Display's content is never shown (only the links of its anchors).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from datetime import datetime
-from typing import Any
-from uuid import UUID
-
-import msgspec
 
 from convstore.adapters.terminal.render import one_line, sanitize, shorten, to_json
-from convstore.domain import ConversationSummary, Event, ProviderPayload
-from convstore.domain.responses import ResponseOutcome
+from convstore.domain import Event
 from convstore.projections.chain import ChainStatus
 from convstore.projections.portable import Interpret, fold
 from convstore.projections.presentation import (
@@ -47,57 +40,6 @@ from convstore.projections.wording import (
 )
 
 __all__ = ["activity_label", "source_line", "when"]  # shared with the exports: one wording
-
-
-def payload_data(payload: ProviderPayload) -> dict[str, Any]:
-    """A payload's metadata (provider, format, version, size): never its value."""
-    return {
-        "provider": payload.provider,
-        "format": payload.format,
-        "version": payload.version,
-        "size": len(payload.raw),
-    }
-
-
-def to_data(value: Any) -> Any:
-    """Plain JSON data for a domain value, every ProviderPayload reduced to its metadata;
-    an event's conversation is also named `conversation_id` (beside `originator_id`), as
-    every command names it."""
-    if isinstance(value, ProviderPayload):
-        return payload_data(value)
-    if isinstance(value, msgspec.Struct):
-        config = value.__struct_config__
-        data: dict[str, Any] = {}
-        if config.tag_field is not None:
-            data[config.tag_field] = config.tag
-        for name in value.__struct_fields__:
-            data[name] = to_data(getattr(value, name))
-            if name == "originator_id" and isinstance(value, Event):
-                data["conversation_id"] = data[name]
-        return data
-    if isinstance(value, dict):
-        return {str(key): to_data(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [to_data(item) for item in value]
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, UUID):
-        return str(value)
-    if isinstance(value, msgspec.Raw | bytes):
-        return {"size": len(value)}  # opaque bytes are never shown
-    return value
-
-
-def summary_line(summary: ConversationSummary) -> str:
-    """One listing line: short id (8), started, provider/model (28), turns (5), title
-    (`adapters.cli.conversations.LIST_HEADER` names the columns)."""
-    title = one_line(summary.title) or "(untitled)"
-    made = "/".join(one_line(part) for part in (summary.provider, summary.model) if part)
-    made = made if len(made) <= 28 else made[:27] + "…"
-    turns = "-" if summary.turns is None else str(summary.turns)
-    return (
-        f"{str(summary.id)[:8]}  {when(summary.created_on)}  {made or '-':<28}  {turns:>5}  {title}"
-    )
 
 
 def transcript(events: Iterable[Event], interpret: Interpret | None = None) -> Iterator[str]:
@@ -267,24 +209,3 @@ def _activity(pad: str, activity: Activity) -> Iterator[str]:
         yield f"{pad}  {kind}: {one_line(link.text)} — {one_line(link.url)}"
     if activity.display and not activity.links:
         yield f"{pad}  [{kind}: no links in it; the web viewer shows it]"
-
-
-def outcome_line(outcome: ResponseOutcome, conversation: object = None) -> str:
-    """One line per ingested response (`conversation`: the one it is stored in)."""
-    if outcome.already_stored:
-        where = f" in conversation {conversation}" if conversation is not None else ""
-        return f"response {outcome.response_id}: already stored{where}, nothing written"
-    attempt = (
-        f" (attempt {outcome.attempt}: the whole copy of one stored cut short)"
-        if outcome.attempt > 1
-        else ""
-    )
-    return f"response {outcome.response_id}: {outcome.ended}, {outcome.events} events{attempt}"
-
-
-def loss_line(loss: Any) -> str:
-    """One line of a loss report (a `providers.Loss`)."""
-    where = f"event {loss.version} ({loss.event})" if loss.version else loss.event
-    if loss.kind == "assumed same model":  # nothing is left out: an assumption is listed
-        return f"{where}: {loss.kind}: {loss.reason}"
-    return f"{where}: {loss.kind} left out: {loss.reason}"
