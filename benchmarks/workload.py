@@ -51,6 +51,8 @@ from convstore.domain import (
 from convstore.domain.writers import current_writer
 
 MODEL = "claude-sonnet-4-5-20250929"
+WRITER_ID = "0f6c2a9e4b1d4e8f"
+"""The writer id the drafts carry: a process's hold id, as `service.writer` records it."""
 RESPONSE_EVENTS = 10
 """Events one `response` yields."""
 
@@ -140,7 +142,7 @@ def response(rng: random.Random, *, tool_call: bool = True) -> list[Event]:
             provider="anthropic",
             model=MODEL,
             settings=_SETTINGS,
-            writer=current_writer(),
+            writer=current_writer(WRITER_ID),
         ),
         Reasoning(
             response_id=rid,

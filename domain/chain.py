@@ -34,16 +34,22 @@ def digest(prev_hash: str, canonical: bytes) -> str:
     return h.hexdigest()
 
 
-def seal(event: E, prev_hash: str) -> E:
-    """Return `event` with its chain fields set, given its predecessor's hash."""
+def seal(event: E, prev_hash: str) -> tuple[E, bytes]:
+    """`event` with its chain fields set, given its predecessor's hash, and its stored
+    encoding: the canonical encoding, encoded once, with the hash fields added at its end
+    (what `canonical_from_stored` takes apart again; field order is not part of the
+    chain)."""
     unsealed = (
         msgspec.structs.replace(event, prev_hash="", hash="")
         if event.prev_hash or event.hash
         else event  # a fresh draft: no copy needed to leave the hash fields out
     )
-    return msgspec.structs.replace(
-        unsealed, prev_hash=prev_hash, hash=digest(prev_hash, _encode(unsealed))
-    )
+    canonical = _encode(unsealed)
+    own = digest(prev_hash, canonical)
+    links = b',"prev_hash":%s,"hash":"%s"}' % (_encode(prev_hash), own.encode("ascii"))
+    if not prev_hash:  # a first event's, left out as the struct's default is
+        links = b',"hash":"%s"}' % own.encode("ascii")
+    return msgspec.structs.replace(unsealed, prev_hash=prev_hash, hash=own), canonical[:-1] + links
 
 
 def canonical_from_stored(state: bytes) -> tuple[bytes, str, str]:

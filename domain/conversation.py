@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 from uuid import UUID, uuid4
 
 import msgspec
 
-from convstore.domain import errors
-from convstore.domain.chain import seal
+from convstore.domain import chain, errors
 from convstore.domain.events import (
     AssistantText,
     ContextInjected,
@@ -117,6 +116,13 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+class Sealed(NamedTuple, Generic[E]):
+    """A draft stamped and sealed as a conversation's next event, and its stored encoding."""
+
+    event: E
+    encoded: bytes
+
+
 class Conversation:
     """One conversation: records drafts as events, enforcing every invariant."""
 
@@ -131,6 +137,7 @@ class Conversation:
         self._version = version
         self.state = state if state is not None else ConversationState()
         self._pending: list[Event] = []
+        self._encoded: list[bytes] = []
         self.clock: Callable[[], datetime] = _now
 
     # --- eventsourcing's aggregate protocol -------------------------------------------------
@@ -161,13 +168,19 @@ class Conversation:
 
     def collect_events(self) -> list[Event]:
         """Take the events recorded since the last collection (eventsourcing's protocol)."""
-        pending, self._pending = self._pending, []
+        pending, self._pending, self._encoded = self._pending, [], []
         return pending
 
     @property
     def pending(self) -> tuple[Event, ...]:
         """Recorded events not collected yet."""
         return tuple(self._pending)
+
+    @property
+    def encoded(self) -> tuple[bytes, ...]:
+        """The stored encoding of each pending event, as sealing made it (`chain.seal`):
+        what a repository writes, without encoding the events again."""
+        return tuple(self._encoded)
 
     # --- commands ---------------------------------------------------------------------------
 
@@ -210,19 +223,38 @@ class Conversation:
 
     def record(self, draft: E) -> E:
         """Stamp, seal and apply a draft; raises an InvariantViolation and changes nothing."""
+        return self.record_sealed(self.seal(draft))
+
+    def seal(self, draft: E, *, max_bytes: int | None = None) -> Sealed[E]:
+        """The draft stamped as the next event and sealed, not applied yet (nothing
+        changes): `record_sealed` applies it, as long as nothing was recorded meanwhile.
+        Raises EventTooLarge when its stored encoding is over `max_bytes`."""
         _check_payloads(draft)
-        event = msgspec.structs.replace(
-            draft,
-            originator_id=self._id,
-            originator_version=self._version + 1,
-            timestamp=self.clock(),
-            prev_hash="",
-            hash="",
+        event, encoded = chain.seal(
+            msgspec.structs.replace(
+                draft,
+                originator_id=self._id,
+                originator_version=self._version + 1,
+                timestamp=self.clock(),
+                prev_hash="",
+                hash="",
+            ),
+            self.state.head,
         )
-        event = seal(event, self.state.head)
-        self.apply(event)
-        self._pending.append(event)
-        return event
+        if max_bytes is not None and len(encoded) > max_bytes:
+            raise errors.EventTooLarge(
+                f"a {type(draft).__name__} of {len(encoded)} bytes exceeds "
+                f"limits.max_event_bytes = {max_bytes}"
+            )
+        return Sealed(event, encoded)
+
+    def record_sealed(self, sealed: Sealed[E]) -> E:
+        """Apply a sealed event (`seal`); raises an InvariantViolation and changes
+        nothing, also when another event was recorded since it was sealed."""
+        self.apply(sealed.event)
+        self._pending.append(sealed.event)
+        self._encoded.append(sealed.encoded)
+        return sealed.event
 
     def record_all(self, drafts: Iterable[Event]) -> list[Event]:
         """Record drafts in order; on a violation nothing of the batch stays applied."""
@@ -234,7 +266,7 @@ class Conversation:
             return [self.record(draft) for draft in drafts]
         except BaseException:  # a violation, or a draft that cannot even be encoded
             self.state, self._version = snapshot, version
-            del self._pending[pending:]
+            del self._pending[pending:], self._encoded[pending:]
             raise
 
     # --- replay -----------------------------------------------------------------------------

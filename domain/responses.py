@@ -23,7 +23,7 @@ import msgspec
 from convstore.domain.conversation import Conversation
 from convstore.domain.copies import judge_copy
 from convstore.domain.digests import ResponseDigest, new_digest
-from convstore.domain.errors import ConvstoreError, DecodeError
+from convstore.domain.errors import ConvstoreError, DecodeError, EventTooLarge
 from convstore.domain.events import (
     Event,
     ResponseEnded,
@@ -38,11 +38,6 @@ DEFAULT_FLUSH_BYTES: Final = 4 * 1024 * 1024
 
 CONTINUES: Final = frozenset({"tool_use", "pause"})
 """Finish reasons after which the turn goes on (tool results, a paused-turn continuation)."""
-
-ENVELOPE_BYTES: Final = 512
-"""Room left for the envelope a draft gains when recorded (id, version, time, hashes)."""
-
-_encode = msgspec.json.Encoder().encode
 
 
 class ResponseOutcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -156,31 +151,27 @@ class ResponseRecorder:
         for draft in drafts:
             if isinstance(draft, ResponseEnded):
                 return draft
-            size = len(_encode(draft))
-            if self.max_event_bytes is not None and size + ENVELOPE_BYTES > self.max_event_bytes:
+            try:  # stamped and sealed, its one encoding made: applied once it has room
+                sealed = self.conversation.seal(draft, max_bytes=self.max_event_bytes)
+            except EventTooLarge as error:
                 return ResponseEnded(
                     response_id=response_id,
                     state="failed",
                     finish_reason="error",
                     stop_reason="too_large",
-                    error=ErrorInfo(
-                        type="too_large",
-                        message=(
-                            f"a {type(draft).__name__} of {size} bytes exceeds "
-                            f"limits.max_event_bytes = {self.max_event_bytes}"
-                        ),
-                    ),
+                    error=ErrorInfo(type="too_large", message=str(error)),
                 )
+            size = len(sealed.encoded)
             if pending_bytes and pending_bytes + size > self.flush_bytes:
                 # The block does not fit beside what is pending: commit that first, so the
                 # buffer never holds more than its bound besides one block.
                 self.save(self.conversation)
                 pending_bytes = 0
             digest.add(draft)
-            self.conversation.record(draft)
+            self.conversation.record_sealed(sealed)
             # Released now, not when the next draft arrives: the decoder assembles the next
             # block meanwhile, and this one's text must not stay alive beside it.
-            del draft
+            del draft, sealed
             pending_bytes += size
             if pending_bytes >= self.flush_bytes or (self.ready is not None and not self.ready()):
                 self.save(self.conversation)

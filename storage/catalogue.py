@@ -77,6 +77,8 @@ def catalogue_row(
     first, newest = events[0], events[-1]
     response = next((e for e in reversed(events) if type(e) is ResponseStarted), None)
     provider, model = (response.provider, response.model) if response else inherited or (None, None)
+    if model is not None:
+        model = _text(model)
     new = isinstance(first, Started) and first.originator_version == 1
     return CatalogueRow(
         originator_id=conversation_id,
@@ -86,10 +88,16 @@ def catalogue_row(
         model=model,
         turns=turns,
         events=newest.originator_version,
-        title=first.title if isinstance(first, Started) and new else None,
-        labels=first.labels if isinstance(first, Started) and new else None,
+        title=_text(first.title) if isinstance(first, Started) and new else None,
+        labels=tuple(map(_text, first.labels)) if isinstance(first, Started) and new else None,
         forked_from=first.forked_from if isinstance(first, Started) and new else None,
     )
+
+
+def _text(value: str) -> str:
+    """A catalogue text as PostgreSQL's text and jsonb can hold it: a NUL (which neither
+    can) becomes U+FFFD. The catalogue is derived: the event keeps the text as it came."""
+    return value.replace("\x00", "\ufffd")
 
 
 SQLITE_STAMP: Final = "%Y-%m-%dT%H:%M:%fZ"

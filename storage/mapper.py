@@ -96,8 +96,11 @@ class EventMapper(Mapper[UUID]):
 
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
         """Encode one event; raises EventTooLarge over `max_event_bytes`."""
-        event: Event = domain_event
-        state = _encode(event)
+        return self.stored(domain_event, _encode(domain_event))
+
+    def stored(self, event: Event, state: bytes) -> StoredEvent:
+        """The record of an event already encoded as `state` (sealing encodes each event
+        once: `Conversation.encoded`); raises EventTooLarge over `max_event_bytes`."""
         if len(state) > self.max_event_bytes:
             self._too_large(event, state)
         cls = type(event)

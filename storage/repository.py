@@ -230,7 +230,7 @@ class EventRepository:
         events = conversation.pending
         if not events:
             return []
-        stored = list(map(self.mapper.to_stored_event, events))
+        stored = list(map(self.mapper.stored, events, conversation.encoded))
         responses = [_row(e) for e in events if type(e) is ResponseStarted and _indexed(e)]
         snapshot = None
         every = self.snapshot_every

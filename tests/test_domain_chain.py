@@ -90,9 +90,26 @@ def test_every_event_links_to_its_predecessor(conversation: Conversation) -> Non
         assert after.prev_hash == before.hash
     for event in events:
         assert len(event.hash) == 64
-        assert event == seal(event, event.prev_hash)  # the hash is a function of the content
+        assert event == seal(event, event.prev_hash)[0]  # the hash is a function of the content
     assert conversation.state.head == events[-1].hash
     assert len({e.hash for e in events}) == len(events)
+
+
+@settings(max_examples=30, deadline=None)
+@given(conversations())
+def test_the_one_encoding_sealing_makes_is_the_stored_record(conversation: Conversation) -> None:
+    """What sealing encoded once is what a store keeps: it decodes to the event, verifies
+    on its own bytes, and holds the canonical encoding of a fresh encode of the event."""
+    encoded, events = conversation.encoded, conversation.collect_events()
+    assert len(encoded) == len(events) and conversation.encoded == ()
+    for event, state in zip(events, encoded, strict=True):
+        assert _decode_event(state) == event
+        canonical, prev_hash, own_hash = canonical_from_stored(state)
+        assert (prev_hash, own_hash) == (event.prev_hash, event.hash)
+        assert canonical_from_stored(msgspec.json.encode(event))[0] == canonical
+        assert digest(prev_hash, canonical) == own_hash
+    stored = [(e.originator_version, s) for e, s in zip(events, encoded, strict=True)]
+    assert verify_stored(stored) == []
 
 
 @settings(max_examples=30, deadline=None)
@@ -200,7 +217,7 @@ def test_truncating_the_newest_events_needs_an_anchor() -> None:
 
 def test_replacing_an_event_with_a_resealed_forgery_breaks_the_successor() -> None:
     events = small_conversation().collect_events()
-    forged = seal(msgspec.structs.replace(events[3], model="forged"), events[3].prev_hash)
+    forged, _ = seal(msgspec.structs.replace(events[3], model="forged"), events[3].prev_hash)
     stored = store([*events[:3], forged, *events[4:]])
     breaks = verify_stored(stored)
     assert [b.version for b in breaks] == [events[4].originator_version]

@@ -39,9 +39,10 @@ def test_a_response_that_fits_the_buffer_is_one_commit() -> None:
 
 
 def test_a_block_that_does_not_fit_beside_the_pending_ones_commits_them_first() -> None:
-    # 600 then 600: the second would overflow 1000 beside the first, so the first goes
-    # alone; then 600 + 100 fit until the end.
-    assert commits(600, 600, 100, flush_bytes=1000) == [
+    # The buffer counts stored bytes (a block's text and its envelope, some 250 bytes):
+    # 600 then 600 would overflow 1500 together, so the first goes alone; then 600 + 100
+    # fit until the end.
+    assert commits(600, 600, 100, flush_bytes=1500) == [
         ["TurnStarted", "ResponseStarted", "AssistantText"],
         ["AssistantText", "AssistantText", "ResponseEnded", "TurnEnded"],
     ]

@@ -272,7 +272,7 @@ def test_a_rewritten_and_resealed_event_needs_an_anchor(
     conversation = ids[0]
     newest = max(v for c, v, _ in tamper.rows() if c == conversation)
     event = EventMapper.decode(tamper.state(conversation, newest))
-    forged = seal(msgspec.structs.replace(event, reason="forged"), event.prev_hash)
+    forged, _ = seal(msgspec.structs.replace(event, reason="forged"), event.prev_hash)
     tamper.set_state(conversation, newest, msgspec.json.encode(forged))
     assert verify(store).intact
     report = verify(store, anchors=anchors)
