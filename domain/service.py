@@ -98,7 +98,7 @@ class ConversationRepository(Protocol):
         fork, see `ConversationService.history`); raises ConversationNotFound."""
         ...
 
-    def save(self, conversation: Conversation) -> Sequence[int]:
+    def save(self, conversation: Conversation) -> None:
         """Write the collected events atomically; raises ConcurrencyConflict, EventTooLarge."""
         ...
 

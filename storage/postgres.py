@@ -326,10 +326,10 @@ class PostgresRecorder(ConversationRecorder):
         snapshot: SnapshotRecord | None = None,
         responses: Sequence[ResponseRow] = (),
         catalogue: CatalogueRow | None = None,
-    ) -> list[int]:
+    ) -> None:
         """Insert events (and replace a snapshot, index responses, write the catalogue's
         row) in one transaction."""
-        return self._append(stored_events, snapshot, None, responses, catalogue)
+        self._append(stored_events, snapshot, None, responses, catalogue)
 
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> list[int]:
         """eventsourcing's insert: events, and a `tracking` record if given, atomically."""

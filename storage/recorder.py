@@ -85,10 +85,11 @@ class ConversationRecorder(ApplicationRecorder, TrackingRecorder, ABC):
         snapshot: SnapshotRecord | None = None,
         responses: Sequence[ResponseRow] = (),
         catalogue: CatalogueRow | None = None,
-    ) -> list[int]:
+    ) -> None:
         """Insert events (and replace a snapshot, index `responses`, and write `catalogue`
-        over its conversation's catalogue row) in one transaction; return notification
-        ids. Each conversation the events start gets a catalogue row, given or not.
+        over its conversation's catalogue row) in one transaction. Each conversation the
+        events start gets a catalogue row, given or not. (eventsourcing's `insert_events`
+        returns the notification ids; an append, on the hot path, does not ask for them.)
 
         Raises IntegrityError when a (conversation, version) is already taken, and its
         subclass ResponseTaken when a response's key is (nothing written either way).

@@ -225,11 +225,11 @@ class EventRepository:
             return None
         return forked(self.state_at(ConversationId(first.forked_from), first.forked_at))
 
-    def save(self, conversation: Conversation) -> Sequence[int]:
+    def save(self, conversation: Conversation) -> None:
         """Write the collected events atomically; raises ConcurrencyConflict, EventTooLarge."""
         events = conversation.pending
         if not events:
-            return []
+            return
         stored = list(map(self.mapper.stored, events, conversation.encoded))
         responses = [_row(e) for e in events if type(e) is ResponseStarted and _indexed(e)]
         snapshot = None
@@ -239,7 +239,7 @@ class EventRepository:
                 conversation.id, conversation.version, encode_snapshot(conversation.state)
             )
         try:
-            ids = self.recorder.append(
+            self.recorder.append(
                 stored, snapshot, responses, self._catalogue_row(conversation, events)
             )
         except ResponseTaken:
@@ -252,7 +252,6 @@ class EventRepository:
         conversation.collect_events()
         if self.cache_size:
             self._remember(conversation)
-        return ids
 
     def locate(self, started: ResponseStarted) -> ConversationId | None:
         """The conversation holding the provider response `started` opens, if any."""

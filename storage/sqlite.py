@@ -215,20 +215,32 @@ class SQLiteRecorder(ConversationRecorder):
     # --- connections ------------------------------------------------------------------------
 
     def _connection(self) -> sqlite3.Connection:
+        """This thread's connection: reads, and the transactions other than appends."""
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
         if connection is None:
-            connection = sqlite3.connect(
-                _read_only_uri(self.path) if self.read_only else self.path,
-                uri=self.read_only,
-                isolation_level=None,
-                check_same_thread=False,
-                timeout=self.busy_timeout_ms / 1000,
-            )
-            connection.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_ms)}")
-            connection.execute(f"PRAGMA synchronous={self.synchronous}")
-            self._local.connection = connection
-            with self._guard:
-                self._connections.append(connection)
+            connection = self._local.connection = self._connect(self.busy_timeout_ms)
+        return connection
+
+    def _writer(self) -> sqlite3.Connection:
+        """This thread's connection for appends: its busy handler is always off, so each
+        `_begin` polls for the write lock itself without switching the handler off and on."""
+        connection: sqlite3.Connection | None = getattr(self._local, "writer", None)
+        if connection is None:
+            connection = self._local.writer = self._connect(0)
+        return connection
+
+    def _connect(self, busy_timeout_ms: int) -> sqlite3.Connection:
+        connection = sqlite3.connect(
+            _read_only_uri(self.path) if self.read_only else self.path,
+            uri=self.read_only,
+            isolation_level=None,
+            check_same_thread=False,
+            timeout=busy_timeout_ms / 1000,
+        )
+        connection.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        connection.execute(f"PRAGMA synchronous={self.synchronous}")
+        with self._guard:
+            self._connections.append(connection)
         return connection
 
     def _transaction(self) -> _Transaction:
@@ -281,14 +293,15 @@ class SQLiteRecorder(ConversationRecorder):
         snapshot: SnapshotRecord | None = None,
         responses: Sequence[ResponseRow] = (),
         catalogue: CatalogueRow | None = None,
-    ) -> list[int]:
+    ) -> None:
         """Insert events (and replace a snapshot, index responses, write the catalogue's
         row) in one transaction."""
-        return self._write(stored_events, snapshot, None, responses, catalogue)
+        self._write(stored_events, snapshot, None, responses, catalogue)
 
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> list[int]:
-        """eventsourcing's insert: events, and a `tracking` record if given, atomically."""
-        return self._write(stored_events, None, kwargs.get("tracking"))
+        """eventsourcing's insert: events, and a `tracking` record if given, atomically;
+        their notification ids."""
+        return self._write(stored_events, None, kwargs.get("tracking"), ids=True)
 
     def _write(
         self,
@@ -297,12 +310,15 @@ class SQLiteRecorder(ConversationRecorder):
         tracking: Tracking | None,
         responses: Sequence[ResponseRow] = (),
         catalogue: CatalogueRow | None = None,
+        *,
+        ids: bool = False,
     ) -> list[int]:
         # Every append's path: one try for the driver's errors and the transaction, with
-        # no context managers (the work of `translating` and `_Transaction`, inline).
+        # no context managers (the work of `translating` and `_Transaction`, inline), on
+        # the thread's writer connection (its busy handler always off: see `_begin`).
         try:
-            connection = self._connection()
             topics = self._topic_ids_for(stored_events)
+            connection = self._writer()
             _begin(connection, self.busy_timeout_ms)
             try:
                 if responses:
@@ -320,7 +336,7 @@ class SQLiteRecorder(ConversationRecorder):
                             for r in responses
                         ],
                     )
-                ids = self._insert(connection, stored_events, topics)
+                inserted = self._insert(connection, stored_events, topics, ids=ids)
                 _catalogue(connection, stored_events, catalogue)
                 if snapshot is not None:
                     connection.execute(
@@ -336,11 +352,15 @@ class SQLiteRecorder(ConversationRecorder):
                 raise
         except sqlite3.Error as error:
             raise translate(error) from error
-        return ids
+        return inserted
 
     @staticmethod
     def _insert(
-        connection: sqlite3.Connection, stored_events: Sequence[StoredEvent], topics: list[int]
+        connection: sqlite3.Connection,
+        stored_events: Sequence[StoredEvent],
+        topics: list[int],
+        *,
+        ids: bool,
     ) -> list[int]:
         if not stored_events:
             return []
@@ -357,6 +377,8 @@ class SQLiteRecorder(ConversationRecorder):
             " VALUES (?, ?, ?, ?)",
             rows,
         )
+        if not ids:
+            return []
         # This connection holds the write lock: no other row came between ours.
         last: int = connection.execute("SELECT last_insert_rowid()").fetchone()[0]
         return list(range(last - len(rows) + 1, last + 1))
@@ -710,34 +732,33 @@ def _catalogue(
 
 
 def _begin(connection: sqlite3.Connection, timeout_ms: int) -> None:
-    """`BEGIN IMMEDIATE`: take the write lock, waiting for it at most `timeout_ms`.
+    """`BEGIN IMMEDIATE` on a connection whose busy handler is off: take the write lock,
+    waiting for it at most `timeout_ms`.
 
     While another writer holds the lock, the attempt is repeated every 0.2-2 ms rather
     than left to SQLite's busy handler, whose sleeps grow to 100 ms: a writer that
     commits and begins again at once could keep the lock from one sleeping there for the
     whole timeout (eight writer processes on two cores: one append in 8,000 ran out of
-    time). The handler is off only for these attempts (two pragmas, ~5 µs); readers keep
-    it for the rare busy moments of WAL mode (recovery, a closing connection's
-    checkpoint). Past the timeout the busy error is raised: nothing was written.
+    time). Appends run on a connection of their own whose handler is always off
+    (`SQLiteRecorder._writer`); other transactions switch it off around this
+    (`_Transaction`), and readers keep it for the rare busy moments of WAL mode
+    (recovery, a closing connection's checkpoint). Past the timeout the busy error is
+    raised: nothing was written.
     """
-    connection.execute(_NO_BUSY_HANDLER)
-    try:
-        deadline = 0.0
-        while True:
-            try:
-                connection.execute("BEGIN IMMEDIATE")
-                return
-            except sqlite3.OperationalError as error:
-                if error.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:
-                    raise
-                now = time.monotonic()
-                if not deadline:
-                    deadline = now + timeout_ms / 1000
-                elif now >= deadline:
-                    raise
-            time.sleep(random.uniform(0.0002, 0.002))
-    finally:
-        connection.execute(f"PRAGMA busy_timeout={int(timeout_ms)}")
+    deadline = 0.0
+    while True:
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+            return
+        except sqlite3.OperationalError as error:
+            if error.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:
+                raise
+            now = time.monotonic()
+            if not deadline:
+                deadline = now + timeout_ms / 1000
+            elif now >= deadline:
+                raise
+        time.sleep(random.uniform(0.0002, 0.002))
 
 
 class _Transaction:
@@ -752,7 +773,11 @@ class _Transaction:
         self.timeout_ms = timeout_ms
 
     def __enter__(self) -> sqlite3.Cursor:
-        _begin(self.connection, self.timeout_ms)
+        self.connection.execute(_NO_BUSY_HANDLER)
+        try:
+            _begin(self.connection, self.timeout_ms)
+        finally:
+            self.connection.execute(f"PRAGMA busy_timeout={int(self.timeout_ms)}")
         return self.connection.cursor()
 
     def __exit__(self, kind: object, error: object, traceback: object) -> None:

@@ -61,20 +61,19 @@ class InMemoryRepository:
     def load(self, conversation_id: ConversationId) -> Conversation:
         return Conversation.replay(conversation_id, self.events(conversation_id))
 
-    def save(self, conversation: Conversation) -> Sequence[int]:
+    def save(self, conversation: Conversation) -> None:
         pending = conversation.pending
         if not pending:
-            return []
+            return
         stored = self.stored.get(conversation.id, [])
         if pending[0].originator_version != len(stored) + 1:
             raise ConcurrencyConflict(
                 f"conversation {conversation.id} is at version {len(stored)}, "
                 f"not {pending[0].originator_version - 1}; reload and retry"
             )
-        events = conversation.collect_events()
-        self.stored.setdefault(conversation.id, []).extend(msgspec.json.encode(e) for e in events)
+        self.stored.setdefault(conversation.id, []).extend(conversation.encoded)
+        conversation.collect_events()
         self.saves += 1
-        return [e.originator_version for e in events]
 
     def events(self, conversation_id: ConversationId, *, after: int = 0) -> Iterator[Event]:
         try:
