@@ -1,5 +1,6 @@
 """Figure 8: decoding. Stream decode throughput against `orjson.loads` (8a-8c), end-to-end
-ingest against the decode alone (8d, 8e), and peak memory of a 100 MB stream (8f-8h).
+ingest against the decode alone (8d, 8e; 8i in a commit group, as batch ingest runs), and
+peak memory of a 100 MB stream (8f-8h).
 
 8a-8c, per provider: `decode_stream` of every recorded (`../shared/wire`, when present)
 and example SSE capture, each body as one chunk (framing, JSON, assembly, mapping to
@@ -8,7 +9,8 @@ drafts), against `orjson.loads` of the same `data:` payloads, framed beforehand 
 
 8d, 8e: `ConversationService.ingest` of a decoded web search stream into a conversation of
 its own in an SQLite store (WAL, `synchronous=FULL`: the commit waits for the disk),
-against decoding the same stream alone. Target 0.5x.
+against decoding the same stream alone. Target 0.5x. 8i: the same, 64 responses a round in
+one commit group (`store.grouped()`, as `ingest` of a folder runs): their commits shared.
 
 8f-8h, per provider: a synthetic stream of about 100 MB (many long ASCII text deltas in
 several blocks, the largest 8 MiB), written to a file and ingested from it in 64 KiB
@@ -406,6 +408,57 @@ def _ingest_figure(letter: str, path: Path, sizes: Sizes, folder: Path, commit: 
     ).judge()
 
 
+BATCH: int = 64
+"""Responses one 8i round ingests in one commit group (`storage.groups.GROUP_EVERY`)."""
+
+
+def batch_ingest_figure(sizes: Sizes, folder: Path) -> Figure:
+    """8i: batch ingest (a folder of captures), whose commit group commits many responses
+    together, against decoding them alone: each round ingests `BATCH` web search streams,
+    each into a conversation of its own, in one `store.grouped()` (its commit included)."""
+    path = WEB_SEARCH[0]
+    title = "batch ingest of web search streams (a commit group)"
+    subject = f"{BATCH} x ConversationService.ingest(decode_stream) in store.grouped(), SQLite"
+    if not path.is_file():
+        return skipped(
+            "8i", title, subject=subject, baseline="decode_stream alone", kind="throughput",
+            why=f"no capture at {path}",
+        )  # fmt: skip
+    body = path.read_bytes()
+    decode = anthropic.decode_stream
+    rounds, warmup = max(sizes.append_rounds // 20, 5), 1
+    with open_store(f"sqlite:///{folder / 'decoding-batch-ingest.db'}") as store:
+        service = store.service
+        bodies = renamed(body, (rounds + warmup) * BATCH)
+
+        def ours() -> None:
+            with store.grouped():
+                for conversation in [service.start() for _ in range(BATCH)]:
+                    outcome = service.ingest(conversation, decode([next(bodies)]))
+                    assert outcome.ended == "completed" and outcome.events
+
+        def baseline() -> None:
+            for _ in range(BATCH):
+                for _ in decode([body]):
+                    pass
+
+        timings = interleave({"ingest": ours, "decode": baseline}, rounds=rounds, warmup=warmup)
+    return Figure(
+        "8i",
+        title,
+        subject + ", each response into a conversation of its own",
+        f"decode_stream alone, the same body {BATCH} times",
+        "throughput",
+        timings.median("ingest"),
+        timings.median("decode"),
+        ratio=timings.throughput_ratio("ingest", "decode"),
+        target=(">=", 0.5),
+        note=f"per {BATCH} responses, commit included; {path.relative_to(ROOT.parent)}; "
+        f"median of {rounds} interleaved rounds",
+        extra={"timings": timings.summary()},
+    ).judge()
+
+
 def _read(path: Path) -> Iterator[bytes]:
     with path.open("rb") as stream:
         while chunk := stream.read(CHUNK):
@@ -471,9 +524,10 @@ def _copies(provider: Provider) -> int:
 
 
 def decoding_figures(sizes: Sizes, folder: Path) -> list[Figure]:
-    """Figures 8a-8h."""
+    """Figures 8a-8i."""
     figures = [throughput_figure(letter, p, sizes) for letter, p in PROVIDERS.items()]
     figures += ingest_figures(sizes, folder)
+    figures.append(batch_ingest_figure(sizes, folder))
     for letter, provider in zip("fgh", PROVIDERS.values(), strict=True):
         figures.append(memory_figure(letter, provider, sizes, folder))
     return figures

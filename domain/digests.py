@@ -150,8 +150,14 @@ def same_start(stored: ResponseStarted, copy: ResponseStarted) -> bool:
     return _encode(_canonical(stored.settings)) == _encode(_canonical(copy.settings))
 
 
+_PLAIN: Final = frozenset({str, int, float, bool, type(None)})
+"""Types that are their own builtins (what most fields hold): no conversion to look up."""
+
+
 def _canonical(value: Any, left_out: frozenset[str] = frozenset()) -> Any:
     """`value` as plain JSON builtins, every payload as the JSON it holds."""
+    if type(value) in _PLAIN:
+        return value
     if isinstance(value, ProviderPayload):
         return {
             "provider": value.provider,
@@ -177,11 +183,12 @@ def _canonical(value: Any, left_out: frozenset[str] = frozenset()) -> Any:
 
 
 def _canonical_struct(value: msgspec.Struct, left_out: frozenset[str]) -> dict[str, Any]:
-    return {
-        name: _canonical(getattr(value, name))
-        for name in value.__struct_fields__
-        if name not in left_out
-    }
+    fields: dict[str, Any] = {}
+    for name in value.__struct_fields__:
+        if name not in left_out:
+            field = getattr(value, name)
+            fields[name] = field if type(field) in _PLAIN else _canonical(field)
+    return fields
 
 
 def _payload_json(payload: ProviderPayload) -> Any:

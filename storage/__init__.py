@@ -9,10 +9,12 @@ May import: `convstore.domain`.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from types import TracebackType
 
 from convstore.domain.service import ConversationService
+from convstore.storage.groups import CommitGroup
 from convstore.storage.holds import liveness_for
 from convstore.storage.mapper import DEFAULT_MAX_EVENT_BYTES, EventMapper
 from convstore.storage.recorder import ConversationRecorder
@@ -36,6 +38,11 @@ class Store:
     def close(self) -> None:
         """Release the database connections."""
         self.recorder.close()
+
+    def grouped(self) -> AbstractContextManager[CommitGroup]:
+        """This thread's appends committed together until the block ends, where no person
+        waits on each one (batch ingest): see `storage.groups`."""
+        return self.recorder.grouped(lost=self.repository.forget)
 
     def __enter__(self) -> Store:
         return self

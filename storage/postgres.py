@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from typing import Any
 from uuid import UUID
 
@@ -41,6 +41,7 @@ from eventsourcing.persistence import (
     Tracking,
 )
 from psycopg import sql
+from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
 from convstore.domain.service import ConversationFilter
@@ -56,6 +57,7 @@ from convstore.storage.errors import (
     connection_lost,
     translating,
 )
+from convstore.storage.groups import GROUP_EVERY, GROUP_WITHIN, CommitGroup
 from convstore.storage.migrations import MIGRATIONS, Migration
 from convstore.storage.recorder import (
     AppliedMigration,
@@ -297,9 +299,21 @@ class PostgresRecorder(ConversationRecorder):
 
     def _topic_ids_for(self, connection: Connection, topics: Sequence[str]) -> list[int]:
         # New topics are committed on their own, before the events' transaction, so a
-        # rolled-back append never leaves the cache naming a topic row that does not exist.
+        # rolled-back append never leaves the cache naming a topic row that does not exist;
+        # inside a commit group, on a connection of their own, so the group's transaction
+        # never holds a topic row's lock that another writer's could wait for (a deadlock).
         ids = self._topic_ids
-        for topic in set(topics) - ids.keys():
+        new = set(topics) - ids.keys()
+        if new and getattr(self._local, "group", None) is not None:
+            with self._connect() as apart:
+                return self._insert_topics(apart, new, topics)
+        return self._insert_topics(connection, new, topics) if new else [ids[t] for t in topics]
+
+    def _insert_topics(
+        self, connection: Connection, new: set[str], topics: Sequence[str]
+    ) -> list[int]:
+        ids = self._topic_ids
+        for topic in new:
             connection.execute(self._sql["insert_topic"], (topic,))
             row = connection.execute(self._sql["topic_id"], (topic,)).fetchone()
             assert row is not None  # committed just above
@@ -347,7 +361,8 @@ class PostgresRecorder(ConversationRecorder):
             if tracking is not None:
                 self.insert_tracking(tracking)
             return []
-        with self._using() as connection:
+        group: _Group | None = getattr(self._local, "group", None)
+        with self._using() as connection, group.append() if group else nullcontext():
             topics = self._topic_ids_for(connection, [s.topic for s in stored_events])
             rows = connection.execute(
                 self._sql["append"],
@@ -371,6 +386,36 @@ class PostgresRecorder(ConversationRecorder):
                 ),
             ).fetchall()
         return sorted(row[0] for row in rows)
+
+    @contextmanager
+    def grouped(
+        self,
+        *,
+        every: int = GROUP_EVERY,
+        within: float = GROUP_WITHIN,
+        lost: Callable[[], None] = lambda: None,
+    ) -> Iterator[CommitGroup]:
+        """This thread's appends committed together (see `storage.groups`): what is open
+        when the block ends is committed. The thread reads through the same connection,
+        so it reads what the group wrote."""
+        if getattr(self._local, "group", None) is not None:
+            raise RuntimeError("a group is already open on this thread")
+
+        def forget() -> None:
+            self._topic_ids.clear()  # a topic row inserted in the lost transaction is gone
+            self._topics.clear()
+            lost()
+
+        with self._using() as connection:
+            group = _Group(connection, every=every, within=within, lost=forget)
+            self._local.group = group
+            try:
+                try:
+                    yield group
+                finally:
+                    group.commit()
+            finally:
+                self._local.group = None
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -726,3 +771,36 @@ class PostgresSubscription(ListenNotifySubscription[PostgresRecorder]):
             if self._thread_error is None:
                 self._thread_error = error
             self.stop()
+
+
+class _Group(CommitGroup):
+    """A group's shared transaction on a thread's connection (autocommit otherwise)."""
+
+    def __init__(
+        self, connection: Connection, *, every: int, within: float, lost: Callable[[], None]
+    ) -> None:
+        super().__init__(every=every, within=within, lost=lost)
+        self.connection = connection
+
+    def _begin(self) -> None:
+        self.connection.execute("BEGIN")
+
+    def _in_transaction(self) -> bool:
+        status = self.connection.info.transaction_status
+        return status in (TransactionStatus.INTRANS, TransactionStatus.INERROR)
+
+    def _savepoint(self) -> None:
+        self.connection.execute("SAVEPOINT append")
+
+    def _release(self) -> None:
+        self.connection.execute("RELEASE SAVEPOINT append")
+
+    def _undo(self) -> None:
+        self.connection.execute("ROLLBACK TO SAVEPOINT append")
+        self.connection.execute("RELEASE SAVEPOINT append")
+
+    def _commit(self) -> None:
+        self.connection.execute("COMMIT")
+
+    def _rollback(self) -> None:
+        self.connection.execute("ROLLBACK")

@@ -10,7 +10,7 @@ one transaction of the events' own database (`view_transaction`).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 from uuid import UUID
@@ -20,6 +20,7 @@ from eventsourcing.persistence import ApplicationRecorder, StoredEvent, Tracking
 
 from convstore.domain.service import ConversationFilter
 from convstore.storage.catalogue import CatalogueEntry, CatalogueRow
+from convstore.storage.groups import GROUP_EVERY, GROUP_WITHIN, CommitGroup
 
 
 class SnapshotRecord(msgspec.Struct, frozen=True):
@@ -94,6 +95,13 @@ class ConversationRecorder(ApplicationRecorder, TrackingRecorder, ABC):
         Raises IntegrityError when a (conversation, version) is already taken, and its
         subclass ResponseTaken when a response's key is (nothing written either way).
         """
+
+    @abstractmethod
+    def grouped(
+        self, *, every: int = GROUP_EVERY, within: float = GROUP_WITHIN, lost: Callable[[], None]
+    ) -> AbstractContextManager[CommitGroup]:
+        """This thread's appends committed together, each in a savepoint of its own, until
+        the block ends (`storage.groups`); `lost` runs when a failed commit lost appends."""
 
     @abstractmethod
     def select_responses(self, provider: str, server: str, response_id: str) -> list[ResponseRow]:

@@ -164,6 +164,12 @@ class EventRepository:
         self._cache_weight = 0
         self._cache_guard = threading.Lock()
 
+    def forget(self) -> None:
+        """Drop every cached state (a commit group lost appends the cache had seen)."""
+        with self._cache_guard:
+            self._cache.clear()
+            self._cache_weight = 0
+
     def load(self, conversation_id: ConversationId) -> Conversation:
         """The conversation as of its newest event; raises ConversationNotFound. A fork
         starts from its parent's state at the fork point (`domain.conversation.forked`)."""

@@ -16,8 +16,8 @@ import random
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -36,6 +36,7 @@ from convstore.storage.errors import (
     translate,
     translating,
 )
+from convstore.storage.groups import GROUP_EVERY, GROUP_WITHIN, CommitGroup
 from convstore.storage.migrations import MIGRATIONS, Migration
 from convstore.storage.recorder import (
     AppliedMigration,
@@ -215,7 +216,11 @@ class SQLiteRecorder(ConversationRecorder):
     # --- connections ------------------------------------------------------------------------
 
     def _connection(self) -> sqlite3.Connection:
-        """This thread's connection: reads, and the transactions other than appends."""
+        """This thread's connection: reads, and the transactions other than appends (its
+        writer connection while a group is open: see `grouped`)."""
+        group: _Group | None = getattr(self._local, "group", None)
+        if group is not None and group.open:
+            return self._writer()
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
         if connection is None:
             connection = self._local.connection = self._connect(self.busy_timeout_ms)
@@ -243,7 +248,10 @@ class SQLiteRecorder(ConversationRecorder):
             self._connections.append(connection)
         return connection
 
-    def _transaction(self) -> _Transaction:
+    def _transaction(self) -> AbstractContextManager[sqlite3.Cursor]:
+        group: _Group | None = getattr(self._local, "group", None)
+        if group is not None:
+            return group.transaction()
         return _Transaction(self._connection(), self.busy_timeout_ms)
 
     def close(self) -> None:
@@ -315,36 +323,36 @@ class SQLiteRecorder(ConversationRecorder):
     ) -> list[int]:
         # Every append's path: one try for the driver's errors and the transaction, with
         # no context managers (the work of `translating` and `_Transaction`, inline), on
-        # the thread's writer connection (its busy handler always off: see `_begin`).
+        # the thread's writer connection (its busy handler always off: see `_begin`); in a
+        # group (`grouped`), a savepoint of the group's transaction.
         try:
             topics = self._topic_ids_for(stored_events)
             connection = self._writer()
+            group: _Group | None = getattr(self._local, "group", None)
+            if group is not None:
+                with group.append():
+                    return self._statements(
+                        connection,
+                        stored_events,
+                        topics,
+                        snapshot=snapshot,
+                        tracking=tracking,
+                        responses=responses,
+                        catalogue=catalogue,
+                        ids=ids,
+                    )
             _begin(connection, self.busy_timeout_ms)
             try:
-                if responses:
-                    connection.executemany(
-                        "INSERT INTO responses VALUES (?, ?, ?, ?, ?, ?)",
-                        [
-                            (
-                                r.provider,
-                                r.server,
-                                r.response_id,
-                                r.attempt,
-                                _key(r.originator_id),
-                                r.originator_version,
-                            )
-                            for r in responses
-                        ],
-                    )
-                inserted = self._insert(connection, stored_events, topics, ids=ids)
-                _catalogue(connection, stored_events, catalogue)
-                if snapshot is not None:
-                    connection.execute(
-                        "INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?)",
-                        (snapshot.originator_id.bytes, snapshot.version, snapshot.state),
-                    )
-                if tracking is not None:
-                    self._insert_tracking(connection, tracking)
+                inserted = self._statements(
+                    connection,
+                    stored_events,
+                    topics,
+                    snapshot=snapshot,
+                    tracking=tracking,
+                    responses=responses,
+                    catalogue=catalogue,
+                    ids=ids,
+                )
                 connection.execute("COMMIT")
             except BaseException:
                 if connection.in_transaction:
@@ -353,6 +361,76 @@ class SQLiteRecorder(ConversationRecorder):
         except sqlite3.Error as error:
             raise translate(error) from error
         return inserted
+
+    def _statements(
+        self,
+        connection: sqlite3.Connection,
+        stored_events: Sequence[StoredEvent],
+        topics: list[int],
+        *,
+        snapshot: SnapshotRecord | None,
+        tracking: Tracking | None,
+        responses: Sequence[ResponseRow],
+        catalogue: CatalogueRow | None,
+        ids: bool,
+    ) -> list[int]:
+        """What one append writes, inside the transaction or savepoint it runs in."""
+        if responses:
+            connection.executemany(
+                "INSERT INTO responses VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        r.provider,
+                        r.server,
+                        r.response_id,
+                        r.attempt,
+                        _key(r.originator_id),
+                        r.originator_version,
+                    )
+                    for r in responses
+                ],
+            )
+        inserted = self._insert(connection, stored_events, topics, ids=ids)
+        _catalogue(connection, stored_events, catalogue)
+        if snapshot is not None:
+            connection.execute(
+                "INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?)",
+                (snapshot.originator_id.bytes, snapshot.version, snapshot.state),
+            )
+        if tracking is not None:
+            self._insert_tracking(connection, tracking)
+        return inserted
+
+    @contextmanager
+    def grouped(
+        self,
+        *,
+        every: int = GROUP_EVERY,
+        within: float = GROUP_WITHIN,
+        lost: Callable[[], None] = lambda: None,
+    ) -> Iterator[CommitGroup]:
+        """This thread's appends committed together (see `storage.groups`): what is open
+        when the block ends is committed, unless the block raised out of an append that
+        lost the transaction. While the group is open, this thread reads through its
+        writer connection, so it reads what the group wrote."""
+        if getattr(self._local, "group", None) is not None:
+            raise RuntimeError("a group is already open on this thread")
+
+        def forget() -> None:
+            self._topic_ids.clear()  # a topic row inserted in the lost transaction is gone
+            self._topics.clear()
+            lost()
+
+        group = _Group(self._writer(), self.busy_timeout_ms, every, within, forget)
+        self._local.group = group
+        try:
+            with translating():
+                try:
+                    yield group
+                finally:
+                    group.commit()
+        finally:
+            self._local.group = None
 
     @staticmethod
     def _insert(
@@ -788,3 +866,47 @@ class _Transaction:
         finally:
             if connection.in_transaction:  # an error, or a COMMIT that failed
                 connection.execute("ROLLBACK")
+
+
+class _Group(CommitGroup):
+    """A group's shared transaction on a thread's writer connection."""
+
+    def __init__(
+        self,
+        connection: sqlite3.Connection,
+        timeout_ms: int,
+        every: int,
+        within: float,
+        lost: Callable[[], None],
+    ) -> None:
+        super().__init__(every=every, within=within, lost=lost)
+        self.connection = connection
+        self.timeout_ms = timeout_ms
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Cursor]:
+        """A transaction other than an append (tracking, a view), as one of the group's."""
+        with self.append():
+            yield self.connection.cursor()
+
+    def _begin(self) -> None:
+        _begin(self.connection, self.timeout_ms)
+
+    def _in_transaction(self) -> bool:
+        return self.connection.in_transaction
+
+    def _savepoint(self) -> None:
+        self.connection.execute("SAVEPOINT append")
+
+    def _release(self) -> None:
+        self.connection.execute("RELEASE append")
+
+    def _undo(self) -> None:
+        self.connection.execute("ROLLBACK TO append")
+        self.connection.execute("RELEASE append")
+
+    def _commit(self) -> None:
+        self.connection.execute("COMMIT")
+
+    def _rollback(self) -> None:
+        self.connection.execute("ROLLBACK")

@@ -346,7 +346,12 @@ class CappedRecorder(SQLiteRecorder):
     """The database's size limit in pages (0: SQLite's own)."""
 
     def _connection(self) -> sqlite3.Connection:
-        connection = super()._connection()
+        return self._capped(super()._connection())
+
+    def _writer(self) -> sqlite3.Connection:
+        return self._capped(super()._writer())
+
+    def _capped(self, connection: sqlite3.Connection) -> sqlite3.Connection:
         if self.max_pages:
             connection.execute(f"PRAGMA max_page_count = {self.max_pages}")
         return connection

@@ -94,6 +94,7 @@ def ingest(args: argparse.Namespace, session: Session) -> int:
                 conversation_id=conversation,
                 title=args.title,
                 progress=lambda done, total: progress("captures", done, total),
+                grouped=session.store.grouped(),  # no one waits on each capture's commit
             )
         finally:
             progress.clear()

@@ -19,10 +19,11 @@ import json
 import re
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import BinaryIO, Final
+from typing import BinaryIO, Final, Protocol
 
 from convstore.adapters.recording import jobs
 from convstore.adapters.recording.jobs import Exchange, IngestReport
@@ -149,6 +150,15 @@ def planned(
         yield captures
 
 
+class CommitGroup(Protocol):
+    """What a batch needs of a store's commit group (`storage.groups`): to learn when
+    what it recorded so far is committed, or lost."""
+
+    def after_commit(
+        self, callback: Callable[[], None], lost: Callable[[BaseException], None] | None = None
+    ) -> None: ...
+
+
 def run(
     service: ConversationService,
     provider: str,
@@ -157,30 +167,61 @@ def run(
     conversation_id: ConversationId | None = None,
     title: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    grouped: AbstractContextManager[CommitGroup] | None = None,
 ) -> BatchReport:
     """Ingest each capture into a conversation of its own (`conversation_id`: into that one,
-    for a plan of one capture); a capture that fails is reported and the next goes on."""
+    for a plan of one capture); a capture that fails is reported and the next goes on.
+
+    `grouped`: the store's commit group, whose transaction commits several captures'
+    appends together; a capture is counted done (in the report, and by `progress`) only
+    once the commit holding it returned, and one whose commit failed is reported failed
+    ("ingest it again": nothing of it was kept)."""
     batch = BatchReport()
+
+    def done(item: Done) -> None:
+        batch.done.append(item)
+        if progress is not None:
+            progress(len(batch.done), len(captures))
+
+    def lost(item: Done, error: BaseException) -> None:
+        message = f"not kept, its commit failed: {error} (ingest it again)"
+        failed = IngestReport(conversation_id=conversation_id).fail(
+            item.capture.name, _Lost(message), 2
+        )
+        done(Done(item.capture, failed))
+
     with Interrupts() as interrupts:
-        for done, capture in enumerate(captures, 1):
-            try:
-                report = jobs.ingest(
-                    service,
-                    provider,
-                    capture.exchanges,
-                    conversation_id=conversation_id,
-                    title=title or capture.title,
-                    interrupts=interrupts,
-                )
-            except ConvstoreError as error:  # e.g. a race lost again and again: the next goes on
-                report = IngestReport(conversation_id=conversation_id).fail(capture.name, error, 2)
-            batch.done.append(Done(capture, report))
-            if progress is not None:
-                progress(done, len(captures))
-            if interrupts.signum is not None:
-                break
+        try:
+            with grouped if grouped is not None else nullcontext() as group:
+                for capture in captures:
+                    try:
+                        report = jobs.ingest(
+                            service,
+                            provider,
+                            capture.exchanges,
+                            conversation_id=conversation_id,
+                            title=title or capture.title,
+                            interrupts=interrupts,
+                        )
+                    except ConvstoreError as error:  # e.g. a race lost again and again
+                        report = IngestReport(conversation_id=conversation_id).fail(
+                            capture.name, error, 2
+                        )
+                    item = Done(capture, report)
+                    if group is None:
+                        done(item)
+                    else:
+                        group.after_commit(partial(done, item), partial(lost, item))
+                    if interrupts.signum is not None:
+                        break
+        except ConvstoreError:  # the last commit failed: each capture it held was reported
+            pass
         batch.interrupted = interrupts.signum
     return batch
+
+
+class _Lost(ConvstoreError):
+    """A capture recorded in a commit group whose commit failed."""
 
 
 class _Stdin:
