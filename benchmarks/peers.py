@@ -29,15 +29,16 @@ rollback journal with SQLite's default `synchronous` (FULL); WAL and FULL are se
 that each commit costs the same fsync (checked before any measurement). Each tool commits
 once per response.
 
-Writes are measured interleaved, round by round: at 1 response (each call the first
-response of a new conversation) and at 1,000 (each call one more response into a
-conversation of 1,000; convstore's call first asks its repository the conversation's
-version, as a caller of `ingest_exchange` must). Each tool keeps what it keeps between
-calls by its own design: convstore its repository cache, `llm` the conversation's chain in
-memory (as its `Conversation` does), LangGraph nothing (each `invoke` reads the newest
-checkpoint). Growth is each tool's own cost at 1,000 over its cost at 1. Bytes (each file
-after a WAL checkpoint and VACUUM) and the read are measured on conversations of exactly
-1,000 responses, before the rounds at 1,000 add to them. `--quick` uses 50 responses.
+Writes are measured interleaved, round by round, all six in every round: each tool at 1
+response (each call the first response of a new conversation, in a file of its own) and
+at 1,000 (each call one more response into a conversation of 1,000; convstore's call
+first asks its repository the conversation's version, as a caller of `ingest_exchange`
+must). Each tool keeps what it keeps between calls by its own design: convstore its
+repository cache, `llm` the conversation's chain in memory (as its `Conversation` does),
+LangGraph nothing (each `invoke` reads the newest checkpoint). Growth is each tool's cost
+at 1,000 over its cost at 1, paired round by round. Bytes (each file after a WAL
+checkpoint and VACUUM) and the read are measured on conversations of exactly 1,000
+responses, before the rounds at 1,000 add to them. `--quick` uses 50 responses.
 """
 
 from __future__ import annotations
@@ -410,20 +411,11 @@ def peers_figures(sizes: Sizes, folder: Path) -> list[Figure]:
         return [skipped("10", "peers", subject="", baseline="", kind="time", why=f"no {CAPTURE}")]
     n = 50 if sizes.quick else 1_000
     rounds, warmup = (5, 2) if sizes.quick else (15, 3)
-    calls = rounds + warmup
-    work = list(recorded(2 * calls + n))
-    first_work, long_work, more_work = work[:calls], work[calls : calls + n], work[calls + n :]
+    work = list(recorded(n + rounds + warmup))
+    long_work, more_work = work[:n], work[n:]
     model = str(work[0].meta["model"])
 
     first = _Tools.open(folder, "first", model)
-    at_one = _writes(
-        {name: writer.start for name, writer in first.items()},
-        first_work,
-        rounds=rounds,
-        warmup=warmup,
-    )
-    first.close()
-
     long = _Tools.open(folder, "long", model)
     threads: dict[str, Any] = {}
     for name, writer in long.items():
@@ -441,16 +433,19 @@ def peers_figures(sizes: Sizes, folder: Path) -> list[Figure]:
         rounds=sizes.replay_rounds,
         warmup=2,
     )
-    at_n = _writes(
-        {name: partial(writer.add, threads[name]) for name, writer in long.items()},
+    # At 1 and at N in the same rounds, so that growth is a paired ratio too.
+    writes = _writes(
+        {
+            **{f"{name}@1": writer.start for name, writer in first.items()},
+            **{f"{name}@n": partial(writer.add, threads[name]) for name, writer in long.items()},
+        },
         more_work,
         rounds=rounds,
         warmup=warmup,
     )
+    first.close()
     long.close()
-    return [
-        f.judge() for f in _figures(n, events, at_one=at_one, at_n=at_n, reads=reads, stored=stored)
-    ]
+    return [f.judge() for f in _figures(n, events, writes=writes, reads=reads, stored=stored)]
 
 
 _BASELINES = {
@@ -469,17 +464,16 @@ def _figures(
     n: int,
     events: int,
     *,
-    at_one: Timings,
-    at_n: Timings,
+    writes: Timings,
     reads: Timings,
     stored: dict[str, int],
 ) -> list[Figure]:
     rows: list[Figure] = []
     letters = iter("abcdefghijklmnop")
     note = "median of interleaved rounds; the same recorded responses (web_search_citations)"
-    for label, timings, where in (
-        ("1", at_one, "the first response of a new conversation"),
-        (f"{n:,}", at_n, f"one more response into a conversation of {n:,}"),
+    for label, at, where in (
+        ("1", "@1", "the first response of a new conversation"),
+        (f"{n:,}", "@n", f"one more response into a conversation of {n:,}"),
     ):
         for peer in ("llm", "langgraph"):
             rows.append(
@@ -489,11 +483,11 @@ def _figures(
                     _SUBJECTS["write"],
                     f"{_BASELINES[peer]}: {_SUBJECTS[peer]}",
                     "time",
-                    timings.median("convstore"),
-                    timings.median(peer),
-                    ratio=timings.time_ratio("convstore", peer),
+                    writes.median(f"convstore{at}"),
+                    writes.median(f"{peer}{at}"),
+                    ratio=writes.time_ratio(f"convstore{at}", f"{peer}{at}"),
                     note=f"informative; each call is {where}; {note}",
-                    extra={"timings": timings.summary()},
+                    extra={"timings": writes.summary()},
                 )
             )
     for tool in TOOLS:
@@ -504,10 +498,10 @@ def _figures(
                 f"{tool}, one more response into a conversation of {n:,}",
                 f"{tool}, the first response of a conversation",
                 "time",
-                at_n.median(tool),
-                at_one.median(tool),
-                ratio=at_n.median(tool) / at_one.median(tool),
-                note="informative; each tool's own medians",
+                writes.median(f"{tool}@n"),
+                writes.median(f"{tool}@1"),
+                ratio=writes.time_ratio(f"{tool}@n", f"{tool}@1"),
+                note="informative; median of the per-round ratios (both in every round)",
             )
         )
     for peer in ("llm", "langgraph"):
