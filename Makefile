@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PKGS   := -p convstore.domain -p convstore.adapters -p convstore.projections -p convstore.storage
 
-.PHONY: install test lint soak scale demo bench package clean
+.PHONY: install test lint soak scale demo bench bench-peers package clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,10 @@ demo: $(BIN)/python
 
 bench: install
 	$(BIN)/python -m benchmarks
+
+# Figure 10 alone: convstore beside the llm package and LangGraph's SqliteSaver.
+bench-peers: install
+	$(BIN)/python -m benchmarks --only peers
 
 # The package as a user gets it: a wheel and an sdist built, the wheel installed into a
 # fresh venv (nothing of the checkout on its path), then `--version` and an ingest.

@@ -11,4 +11,6 @@ measured here, never asserted by tests.
 - `mapper`: the mapper's round trip against msgspec's typed one
 - `postgres`: PostgreSQL append, skipped (saying why) without the module or the server
 - `reference`: plain eventsourcing's replay, for reference
+- `peers`: the `llm` package and a LangGraph app on `SqliteSaver`, fed the same recorded
+  responses (`--only peers`, or `make bench-peers`)
 """

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -21,7 +22,7 @@ from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
 
-from benchmarks import decoding, live, mapper, postgres, search, startup, storage
+from benchmarks import decoding, live, mapper, peers, postgres, search, startup, storage
 from benchmarks.common import Figure, Sizes, render_table
 
 FAMILIES: dict[str, Callable[[Sizes, Path], list[Figure]]] = {
@@ -33,6 +34,7 @@ FAMILIES: dict[str, Callable[[Sizes, Path], list[Figure]]] = {
     "decoding": decoding.decoding_figures,
     "live": live.live_figures,
     "startup": startup.startup_figures,
+    "peers": peers.peers_figures,
 }
 
 
@@ -54,11 +56,26 @@ def _environment(folder: Path, sizes: Sizes) -> dict[str, object]:
         "machine": platform.processor() or platform.machine(),
         "sqlite": sqlite3.sqlite_version,
         "packages": {
-            name: version(name) for name in ("eventsourcing", "msgspec", "orjson", "psycopg")
+            name: version(name)
+            for name in (
+                "eventsourcing",
+                "msgspec",
+                "orjson",
+                "psycopg",
+                "llm",
+                "langgraph",
+                "langgraph-checkpoint-sqlite",
+            )
         },
         "scratch_folder": str(folder),
         "sizes": asdict(sizes),
     }
+
+
+def _order(figure: Figure) -> tuple[int, str]:
+    """Figures by number (`9b` before `10a`), then by letter."""
+    digits = re.match(r"\d+", figure.figure)
+    return (int(digits.group()) if digits else 0, figure.figure)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if args.dir is None:
             shutil.rmtree(folder, ignore_errors=True)
-    figures.sort(key=lambda f: (int(f.figure[0]), f.figure))
+    figures.sort(key=_order)
     print()
     print(render_table(figures))
     if sizes.quick:

@@ -285,7 +285,8 @@ def _memory_figure(store: Store, raw: RawSQLite, cid: ConversationId, stored: in
     )
 
 
-def _file_bytes(path: Path) -> int:
+def file_bytes(path: Path) -> int:
+    """An SQLite file's size after a WAL checkpoint and a VACUUM (no slack, no WAL)."""
     connection = sqlite3.connect(path, isolation_level=None)
     connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     connection.execute("VACUUM")
@@ -297,8 +298,8 @@ def _file_bytes(path: Path) -> int:
 def _bytes_figure(path: Path, folder: Path, events: int, mean_state: float) -> Figure:
     empty_path = folder / "empty.db"
     open_store(str(empty_path)).close()
-    empty = _file_bytes(empty_path)
-    full = _file_bytes(path)
+    empty = file_bytes(empty_path)
+    full = file_bytes(path)
     per_event = (full - empty) / events
     return Figure(
         "4a",
