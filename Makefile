@@ -39,7 +39,7 @@ demo: $(BIN)/python
 bench: install
 	$(BIN)/python -m benchmarks
 
-# Figure 10 alone: convstore beside the llm package and LangGraph's SqliteSaver.
+# Figure 11 alone: convstore beside the llm package and LangGraph's SqliteSaver.
 bench-peers: install
 	$(BIN)/python -m benchmarks --only peers
 

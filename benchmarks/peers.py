@@ -1,4 +1,4 @@
-"""Figure 10: the tools people pick instead, fed the same recorded responses.
+"""Figure 11: the tools people pick instead, fed the same recorded responses.
 
 Every response is the example capture `examples/anthropic/web_search_citations` (a user
 question, then a streamed web search with three results and cited text), decoded once by
@@ -405,10 +405,10 @@ def _writes(
 
 
 def peers_figures(sizes: Sizes, folder: Path) -> list[Figure]:
-    """Figure 10: write at 1 and at N responses, growth, bytes and read, against `llm` and
+    """Figure 11: write at 1 and at N responses, growth, bytes and read, against `llm` and
     LangGraph."""
     if not (CAPTURE / "1.response.sse").is_file():
-        return [skipped("10", "peers", subject="", baseline="", kind="time", why=f"no {CAPTURE}")]
+        return [skipped("11", "peers", subject="", baseline="", kind="time", why=f"no {CAPTURE}")]
     n = 50 if sizes.quick else 1_000
     rounds, warmup = (5, 2) if sizes.quick else (15, 3)
     work = list(recorded(n + rounds + warmup))
@@ -478,7 +478,7 @@ def _figures(
         for peer in ("llm", "langgraph"):
             rows.append(
                 Figure(
-                    f"10{next(letters)}",
+                    f"11{next(letters)}",
                     f"write 1 response at {label}, vs {peer}",
                     _SUBJECTS["write"],
                     f"{_BASELINES[peer]}: {_SUBJECTS[peer]}",
@@ -493,7 +493,7 @@ def _figures(
     for tool in TOOLS:
         rows.append(
             Figure(
-                f"10{next(letters)}",
+                f"11{next(letters)}",
                 f"growth of {tool}: write at {n:,} / at 1",
                 f"{tool}, one more response into a conversation of {n:,}",
                 f"{tool}, the first response of a conversation",
@@ -507,7 +507,7 @@ def _figures(
     for peer in ("llm", "langgraph"):
         rows.append(
             Figure(
-                f"10{next(letters)}",
+                f"11{next(letters)}",
                 f"bytes stored after {n:,} responses, vs {peer}",
                 "convstore's SQLite file after checkpoint + VACUUM",
                 f"{_BASELINES[peer]}'s SQLite file, the same",
@@ -525,7 +525,7 @@ def _figures(
     ):
         rows.append(
             Figure(
-                f"10{next(letters)}",
+                f"11{next(letters)}",
                 f"read a {n:,}-response conversation, vs {peer}",
                 f"list(service.events): {events:,} typed events",
                 f"{_BASELINES[peer]}: {read}, {2 * n:,} messages",

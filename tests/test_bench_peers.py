@@ -1,4 +1,4 @@
-"""The peer benchmark (figure 10) at a small size: each tool stores the same responses,
+"""The peer benchmark (figure 11) at a small size: each tool stores the same responses,
 and the family yields every figure. Speed is measured by `make bench`, never asserted here."""
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def test_the_family_yields_every_figure(tmp_path: Path) -> None:
     """A quick run gives the eleven rows, each with a ratio; the reads carry issue 15's
     targets."""
     figures = peers_figures(Sizes.for_run(quick=True), tmp_path)
-    assert [f.figure for f in figures] == [f"10{letter}" for letter in "abcdefghijk"]
+    assert [f.figure for f in figures] == [f"11{letter}" for letter in "abcdefghijk"]
     assert all(f.ratio is not None and f.ratio > 0 for f in figures)
     assert [f.target for f in figures if f.target] == [("<=", 0.8), ("<=", 0.6)]
     assert {f.title.split(" of ")[1].split(":")[0] for f in figures[4:7]} == set(TOOLS)
