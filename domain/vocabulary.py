@@ -92,6 +92,29 @@ class ProviderPayload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
         _mark_checked(payload)
         return payload
 
+    @classmethod
+    def parsed(
+        cls,
+        provider: Provider,
+        format: str,
+        value: bytes,
+        *,
+        version: str = "",
+        binding: dict[str, str] | None = None,
+    ) -> ProviderPayload:
+        """Wrap JSON bytes a decoder has just parsed (or encoded) as one value, marked
+        checked without reading them again: recording does not re-parse them. Only for
+        bytes that are exactly one JSON value, as msgspec parses or encodes it."""
+        payload = cls(
+            provider=provider,
+            format=format,
+            version=version,
+            binding=binding or {},
+            value=msgspec.Raw(value),
+        )
+        _mark_checked(payload)
+        return payload
+
     @property
     def raw(self) -> bytes:
         """The payload's bytes exactly as stored."""

@@ -221,6 +221,9 @@ class SQLiteRecorder(ConversationRecorder):
         group: _Group | None = getattr(self._local, "group", None)
         if group is not None and group.open:
             return self._writer()
+        return self._reader()
+
+    def _reader(self) -> sqlite3.Connection:
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
         if connection is None:
             connection = self._local.connection = self._connect(self.busy_timeout_ms)
@@ -228,7 +231,10 @@ class SQLiteRecorder(ConversationRecorder):
 
     def _writer(self) -> sqlite3.Connection:
         """This thread's connection for appends: its busy handler is always off, so each
-        `_begin` polls for the write lock itself without switching the handler off and on."""
+        `_begin` polls for the write lock itself without switching the handler off and on.
+        (An in-memory database is its connection's own: there, the one connection.)"""
+        if self.path == ":memory:":
+            return self._reader()
         connection: sqlite3.Connection | None = getattr(self._local, "writer", None)
         if connection is None:
             connection = self._local.writer = self._connect(0)

@@ -64,6 +64,7 @@ from convstore.domain.errors import DecodeError
 from convstore.domain.events import Event
 from convstore.domain.responses import ResponseRecorder
 from convstore.domain.service import ConversationService
+from convstore.domain.vocabulary import ProviderPayload, check_json_document
 from convstore.storage import Store, open_store
 from convstore.storage.repository import EventRepository
 
@@ -570,7 +571,19 @@ def record(service: ConversationService, drafts: list[Event]) -> None:
         events = conversation.collect_events()
         repository.recorder.append([repository.mapper.to_stored_event(e) for e in events])
 
+    for draft in drafts:  # decoders mark their payloads checked: each must be one
+        for payload in _payloads(draft):  # JSON document all the same
+            check_json_document(payload.raw)
     ResponseRecorder(Conversation.start("fuzz"), save).record(drafts)
+
+
+def _payloads(event: Event) -> list[ProviderPayload]:
+    """The payloads an event carries (its own, its citations' replays, its request's)."""
+    found = [getattr(event, "payload", None)]
+    found += [a.replay for a in getattr(event, "attributions", ())]
+    settings = getattr(event, "settings", None)
+    found.append(None if settings is None else settings.native)
+    return [payload for payload in found if payload is not None]
 
 
 def check_decode(service: ConversationService, provider: str, mutant: Mutant) -> None:

@@ -184,12 +184,12 @@ class BlockMapper:
         else:
             raw = bytes(assembled.raw)  # a copy: the payload must not pin a larger buffer
         complete = assembled.complete and not assembled.unparsed
-        return ProviderPayload(
-            provider=PROVIDER,
-            format="content_block" if complete else "partial",
+        return ProviderPayload.parsed(  # the block was parsed from these bytes, or encoded
+            PROVIDER,
+            "content_block" if complete else "partial",
+            raw,
             version=version,
             binding=dict(self._binding) if bound else {},
-            value=msgspec.Raw(raw),
         )
 
     def unknown(self, assembled: AssembledBlock) -> UnknownArtifact:

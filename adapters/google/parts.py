@@ -201,12 +201,12 @@ class PartMapper:
         raw = assembled.raw
         value = bytes(raw) if raw is not None else msgspec.json.encode(assembled.block)
         signed = isinstance(assembled.block.get("thoughtSignature"), str)
-        return ProviderPayload(
-            provider=PROVIDER,
-            format=fmt,
+        return ProviderPayload.parsed(  # the part was parsed from these bytes, or encoded
+            PROVIDER,
+            fmt,
+            value,
             version=version,
             binding=dict(self._binding) if bound or signed else {},
-            value=msgspec.Raw(value),
         )
 
     def unknown(self, assembled: AssembledBlock, fmt: str = "part") -> UnknownArtifact:

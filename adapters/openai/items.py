@@ -181,12 +181,12 @@ class ItemMapper:
     ) -> ProviderPayload:
         """The item's payload: its bytes as received when whole, `partial` when cut."""
         raw = assembled.raw if assembled.raw is not None else _encode(assembled.block)
-        return ProviderPayload(
-            provider=PROVIDER,
-            format="output_item" if assembled.complete else "partial",
+        return ProviderPayload.parsed(  # the item was parsed from these bytes, or encoded
+            PROVIDER,
+            "output_item" if assembled.complete else "partial",
+            raw,
             version=version,
             binding=self._binding if bound else {},
-            value=msgspec.Raw(raw),
         )
 
     def unknown(self, assembled: AssembledBlock) -> UnknownArtifact:
