@@ -34,6 +34,7 @@ __all__ = [
     "count_of",
     "encoded_unread",
     "fields_of",
+    "plain_counts",
     "read_counters",
     "usage_fields",
 ]
@@ -48,6 +49,7 @@ MAX_DEPTH: Final = 8
 
 _FIELDS: Final = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _ANY: Final = msgspec.json.Decoder()
+_ENCODE: Final = msgspec.json.Encoder().encode
 _NUMBER_START: Final = frozenset(b"-0123456789")
 _NULL: Final = b"null"
 
@@ -121,6 +123,10 @@ def read_counters(
     """Read a usage object's raw `fields` (see the module docstring); `named` are the
     dotted names of the counters the provider documents; `whole`, a usage value that was
     not an object (see `usage_fields`), is kept raw as it is."""
+    if whole is None:
+        counts = plain_counts(fields, named)
+        if counts is not None:
+            return Counters(counts)
     out = Counters(whole=whole)
     # Depth first, in document order (the order `Usage.other` keeps), without recursion.
     stack: list[tuple[str, Iterator[tuple[str, msgspec.Raw]], dict[str, Any], int]] = [
@@ -153,6 +159,38 @@ def read_counters(
             unread[name] = raw
     _prune(out.unread)
     return out
+
+
+def plain_counts(fields: Mapping[str, msgspec.Raw], named: Container[str] = ()) -> dict[str, int] | None:
+    """`read_counters(fields, named).counts` in one decode, when nothing in `fields` is
+    left unread (the common usage object: counts, strings, nested objects of counts);
+    None otherwise, for `read_counters` to read field by field."""
+    try:
+        values = _ANY.decode(_ENCODE(fields))
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    counts: dict[str, int] = {}
+    stack: list[tuple[str, Iterator[tuple[str, Any]], int]] = [("", iter(values.items()), 0)]
+    while stack:
+        prefix, items, depth = stack[-1]
+        item = next(items, None)
+        if item is None:
+            stack.pop()
+            continue
+        name, value = item
+        key = prefix + name
+        kind = type(value)
+        if kind is int:
+            if not 0 <= value <= MAX_COUNT:
+                return None
+            counts[key] = value
+        elif kind is dict and key not in named:
+            if depth >= MAX_DEPTH:
+                return None
+            stack.append((key + ".", iter(value.items()), depth + 1))
+        elif kind is float or (value is not None and key in named):
+            return None  # a number that is no count, or a named counter that is none
+    return counts
 
 
 def _prune(unread: dict[str, Any]) -> None:
