@@ -36,6 +36,7 @@ __all__ = [
     "fields_of",
     "plain_counts",
     "read_counters",
+    "read_each",
     "usage_fields",
 ]
 
@@ -127,6 +128,14 @@ def read_counters(
         counts = plain_counts(fields, named)
         if counts is not None:
             return Counters(counts)
+    return read_each(fields, named, whole)
+
+
+def read_each(
+    fields: Mapping[str, msgspec.Raw], named: Container[str] = (), whole: msgspec.Raw | None = None
+) -> Counters:
+    """`read_counters` field by field, each value from its own bytes: what any usage
+    object needs when something in it is not a count."""
     out = Counters(whole=whole)
     # Depth first, in document order (the order `Usage.other` keeps), without recursion.
     stack: list[tuple[str, Iterator[tuple[str, msgspec.Raw]], dict[str, Any], int]] = [
@@ -161,7 +170,9 @@ def read_counters(
     return out
 
 
-def plain_counts(fields: Mapping[str, msgspec.Raw], named: Container[str] = ()) -> dict[str, int] | None:
+def plain_counts(
+    fields: Mapping[str, msgspec.Raw], named: Container[str] = ()
+) -> dict[str, int] | None:
     """`read_counters(fields, named).counts` in one decode, when nothing in `fields` is
     left unread (the common usage object: counts, strings, nested objects of counts);
     None otherwise, for `read_counters` to read field by field."""
@@ -170,27 +181,29 @@ def plain_counts(fields: Mapping[str, msgspec.Raw], named: Container[str] = ()) 
     except (msgspec.DecodeError, RecursionError):
         return None
     counts: dict[str, int] = {}
-    stack: list[tuple[str, Iterator[tuple[str, Any]], int]] = [("", iter(values.items()), 0)]
-    while stack:
-        prefix, items, depth = stack[-1]
-        item = next(items, None)
-        if item is None:
-            stack.pop()
-            continue
-        name, value = item
-        key = prefix + name
+    return counts if _plain(values, "", named, counts, 0) else None
+
+
+def _plain(
+    values: dict[str, Any], prefix: str, named: Container[str], counts: dict[str, int], depth: int
+) -> bool:
+    """Add the counts of decoded `values` to `counts` in document order (as `read_counters`
+    names them); False as soon as a value would be left unread."""
+    for name, value in values.items():
         kind = type(value)
         if kind is int:
             if not 0 <= value <= MAX_COUNT:
-                return None
-            counts[key] = value
-        elif kind is dict and key not in named:
-            if depth >= MAX_DEPTH:
-                return None
-            stack.append((key + ".", iter(value.items()), depth + 1))
-        elif kind is float or (value is not None and key in named):
-            return None  # a number that is no count, or a named counter that is none
-    return counts
+                return False
+            counts[prefix + name if prefix else name] = value
+        elif kind is dict:
+            key = prefix + name
+            if key in named or depth >= MAX_DEPTH:
+                return False
+            if not _plain(value, key + ".", named, counts, depth + 1):
+                return False
+        elif kind is float or (value is not None and prefix + name in named):
+            return False  # a number that is no count, or a named counter that is none
+    return True
 
 
 def _prune(unread: dict[str, Any]) -> None:
