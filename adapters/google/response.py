@@ -231,10 +231,10 @@ def _plain_usage(raw: msgspec.Raw | None) -> Usage | None:
                 if type(found) is not int or not 0 <= found <= MAX_COUNT:
                     return None  # kept unread, as it came
                 other[f"{name}.{modality}"] = found
-        elif kind is dict or kind is float:
-            return None
-        elif value is not None and (name in USAGE_TOKENS or name in HOSTED_USAGE):
-            return None
+        elif kind in (dict, float) or (
+            value is not None and (name in USAGE_TOKENS or name in HOSTED_USAGE)
+        ):
+            return None  # an object (read field by field), or a value kept unread
     return _usage(tokens, hosted, other)
 
 
