@@ -52,7 +52,7 @@ from convstore.domain.events import (
     UnknownArtifact,
 )
 from convstore.domain.responses import ResponseRecorder
-from convstore.domain.vocabulary import CallId, Source, TextRange, TurnId
+from convstore.domain.vocabulary import Attribution, CallId, Source, TextRange, TurnId
 from tests.gemini_reference import whole_calls
 
 WIRE = Path(__file__).resolve().parents[2] / "shared" / "wire" / "gemini"
@@ -633,6 +633,71 @@ def test_byte_offsets_to_code_points_pinned() -> None:
     points = byte_offsets_to_code_points(encoded, [0, 1, 2, 3, 5, 6, 9, 10, 11, -1])
     assert points == {0: 0, 1: None, 2: 1, 3: None, 5: 2, 6: None, 9: 3, 10: 4, 11: None, -1: None}
     assert byte_offsets_to_code_points(b"abc", [0, 3, 4]) == {0: 0, 3: 3, 4: None}
+
+
+def reference_attributions(slots: list[TextSlot], block: dict[str, Any]) -> list[list[Any]]:
+    """`text_attributions` of one block of one source, slot by slot (the obvious way)."""
+    out: list[list[Any]] = [[] for _ in slots]
+    source = Source(kind="web", url="u")
+
+    def points(slot: TextSlot, offset: int) -> int | None:
+        try:
+            return len(slot.encoded[:offset].decode())
+        except UnicodeDecodeError:
+            return None
+
+    for support in block["groundingSupports"]:
+        segment = support["segment"]
+        start, end, text = segment.get("startIndex", 0), segment["endIndex"], segment.get("text")
+        covered = [s for s in slots if max(start, s.start) < min(end, s.end)]
+        got = b"".join(s.encoded[max(start, s.start) - s.start : end - s.start] for s in covered)
+        why = ""
+        if not 0 <= start < end <= slots[-1].end:
+            why = UNPLACED_OUTSIDE
+        elif text is not None and got != text.encode():
+            why = UNPLACED_MISMATCH
+        ranges = []
+        for s in [] if why else covered:
+            low, high = max(start, s.start) - s.start, min(end, s.end) - s.start
+            ranges.append((slots.index(s), points(s, low), points(s, high)))
+        if not why and any(a is None or b is None for _, a, b in ranges):
+            why = UNPLACED_SPLIT
+        if why:
+            n = next((n for n, s in enumerate(slots) if start < s.end), len(slots) - 1)
+            cited = [(n, Attribution(source=source, unplaced=why))]
+        else:
+            cited = [(n, Attribution(source=source, range=TextRange(a, b))) for n, a, b in ranges]
+        for n, attribution in cited:
+            if attribution not in out[n]:
+                out[n].append(attribution)
+    return out
+
+
+@given(data=st.data())
+@settings(max_examples=300)
+def test_text_attributions_agree_with_the_slot_by_slot_reading(data: Any) -> None:
+    """One pass over the joined text gives what reading each slot alone gives."""
+    texts = data.draw(
+        st.lists(st.text(alphabet="ab é京😀", min_size=1, max_size=8), min_size=1, max_size=4)
+    )
+    slots, at = [], 0
+    for text in texts:
+        slots.append(TextSlot(text, at))
+        at += len(text.encode())
+    joined = "".join(texts).encode()
+    supports = []
+    for _ in range(data.draw(st.integers(1, 6))):
+        start = data.draw(st.integers(0, at + 2))
+        end = data.draw(st.integers(start + 1, at + 3))
+        segment: dict[str, Any] = {"startIndex": start, "endIndex": end}
+        kind = data.draw(st.sampled_from(["none", "true", "wrong"]))
+        if kind == "true":
+            segment["text"] = joined[start:end].decode(errors="replace")
+        elif kind == "wrong":
+            segment["text"] = "x"
+        supports.append({"segment": segment, "groundingChunkIndices": [0]})
+    block = {"groundingChunks": [{"web": {"uri": "u"}}], "groundingSupports": supports}
+    assert attributions_of(slots, [block]) == reference_attributions(slots, block)
 
 
 def gemini_text(pieces: list[str], supports: list[dict[str, Any]], **extra: Any) -> bytes:

@@ -12,9 +12,17 @@ from typing import Any, Final
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from convstore.adapters.recording.jobs import ingest
-from convstore.adapters.wire.counts import MAX_COUNT, UNREAD_USAGE, count, read_counters
+from convstore.adapters.wire.counts import (
+    MAX_COUNT,
+    UNREAD_USAGE,
+    count,
+    read_counters,
+    read_each,
+)
 from convstore.adapters.wire.providers import adapter, read_payload
 from convstore.domain.events import Event, ResponseEnded, UnknownArtifact, UserMessage
 from convstore.domain.vocabulary import Usage
@@ -129,6 +137,34 @@ def test_a_count_is_a_non_negative_int_below_2_63() -> None:
     read = read_counters(fields, named={"n", "h.i"})
     assert read.counts == {"a": 1, "c.d": 2}
     assert msgspec.json.encode(read.unread) == b'{"b":1e400,"c":{"e":-1},"n":"x","h":{"i":true}}'
+
+
+_USAGE_LEAVES = st.sampled_from(
+    [b"0", b"7", b"-1", b"1.0", b"1e400", b"9223372036854775808", b"true", b"null", b'"x"',
+     b"[1]", b"[]", b"{}", b"-0", b"9223372036854775807"]
+)  # fmt: skip
+_USAGE_NAMES = st.sampled_from(["a", "b", "n", "h"])
+
+
+def _usage_value(depth: int) -> st.SearchStrategy[bytes]:
+    if depth == 0:
+        return _USAGE_LEAVES
+    return _USAGE_LEAVES | st.lists(
+        st.tuples(_USAGE_NAMES, _usage_value(depth - 1)), max_size=4
+    ).map(lambda items: b"{" + b",".join(b'"%s":%s' % (k.encode(), v) for k, v in items) + b"}")
+
+
+@given(st.lists(st.tuples(_USAGE_NAMES, _usage_value(3)), max_size=5))
+@settings(max_examples=400)
+def test_a_usage_object_in_one_decode_reads_as_field_by_field(items: list[Any]) -> None:
+    """Scenario 37: the one-decode reading of a usage object gives exactly what reading
+    each value from its own bytes gives (or defers to it)."""
+    raw = b"{" + b",".join(b'"%s":%s' % (k.encode(), v) for k, v in items) + b"}"
+    fields = msgspec.json.decode(raw, type=dict[str, msgspec.Raw])
+    for named in ({"n", "h.a"}, set(), {"a", "h"}):
+        fast, each = read_counters(fields, named), read_each(fields, named)
+        assert fast.counts == each.counts and list(fast.counts) == list(each.counts)
+        assert msgspec.json.encode(fast.unread) == msgspec.json.encode(each.unread)
 
 
 @pytest.mark.parametrize("kind", [b"{}", b"[]", b'{"a":[1]}', b"7", b"true"])

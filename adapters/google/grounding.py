@@ -18,9 +18,10 @@ activity that begins `completed` (DESIGN.md, Lifecycle): `web_search` for a bloc
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from convstore.domain.vocabulary import Attribution, Display, Source, TextRange
 
@@ -127,52 +128,61 @@ def text_attributions(
     out: list[list[Attribution]] = [[] for _ in slots]
     if not slots:
         return out
-    spans: list[tuple[int, int, str | None, list[Source]]] = []
-    for block in blocks:
-        chunks = block.get("groundingChunks")
-        known = [source_of(c) for c in chunks] if isinstance(chunks, list) else []
-        supports = block.get("groundingSupports")
-        for support in supports if isinstance(supports, list) else ():
-            span = _span(support, known)
-            if span is not None:
-                spans.append(span)
+    spans = _spans(blocks)
     if not spans:
         return out
-    total = slots[-1].end
-    # Which byte offsets each slot must convert, and each span's pieces (or why unplaced).
-    wanted: list[list[int]] = [[] for _ in slots]
+    # One pass over the concatenated text: its byte offsets, not each slot's, are looked
+    # up (a span's bytes are one slice of it, every code point offset one sweep).
+    whole = b"".join(slot.encoded for slot in slots)
+    at: list[int] = []  # each slot's offset in `whole`
+    size = 0
+    for slot in slots:
+        at.append(size)
+        size += len(slot.encoded)
+    ends = [slot.end for slot in slots]
+    total = ends[-1]
+    wanted: list[int] = []
     placed: list[tuple[int, list[Source], list[tuple[int, int, int]] | str]] = []
     for start, end, text, sources in spans:
         if not 0 <= start < end <= total:
             placed.append((start, sources, UNPLACED_OUTSIDE))
             continue
-        if text is not None and _bytes_of(slots, start, end) != text.encode():
+        # The slots the span overlaps: from the first ending after its start on.
+        first = bisect_right(ends, start)
+        pieces: list[tuple[int, int, int]] = []
+        for n in range(first, len(slots)):
+            slot = slots[n]
+            if slot.start >= end:
+                break
+            low, high = max(start, slot.start), min(end, ends[n])
+            if low < high:
+                pieces.append((n, at[n] + low - slot.start, at[n] + high - slot.start))
+        if (
+            text is not None
+            and (whole[pieces[0][1] : pieces[-1][2]] if pieces else b"") != text.encode()
+        ):
             placed.append((start, sources, UNPLACED_MISMATCH))
             continue
-        pieces: list[tuple[int, int, int]] = []
-        for n, slot in enumerate(slots):
-            low, high = max(start, slot.start), min(end, slot.end)
-            if low < high:
-                pieces.append((n, low - slot.start, high - slot.start))
-                wanted[n].extend((low - slot.start, high - slot.start))
+        for n, low, high in pieces:
+            wanted.extend((at[n], low, high))
         placed.append((start, sources, pieces))
-    points = [
-        byte_offsets_to_code_points(slot.encoded, offsets) if offsets else {}
-        for slot, offsets in zip(slots, wanted, strict=True)
-    ]
+    points = byte_offsets_to_code_points(whole, wanted)
     seen: set[tuple[int, Attribution]] = set()
     for start, sources, found in placed:
         ranges = (
             []
             if isinstance(found, str)
-            else [(n, points[n][low], points[n][high]) for n, low, high in found]
+            else [
+                (n, _local(points, at[n], low), _local(points, at[n], high))
+                for n, low, high in found
+            ]
         )
         why = found if isinstance(found, str) else ""
         if not why and any(a is None or b is None for _, a, b in ranges):
             why = UNPLACED_SPLIT
         cited: list[tuple[int, Attribution]] = []
         if why:  # cited, without a range, by the text event the span starts in
-            n = next((n for n, slot in enumerate(slots) if start < slot.end), len(slots) - 1)
+            n = min(bisect_right(ends, start), len(slots) - 1)
             cited = [(n, Attribution(source=source, unplaced=why)) for source in sources]
         for n, a, b in [] if why else ranges:
             assert a is not None and b is not None
@@ -182,6 +192,27 @@ def text_attributions(
                 seen.add((n, attribution))
                 out[n].append(attribution)
     return out
+
+
+def _spans(blocks: Sequence[Mapping[str, Any]]) -> list[tuple[int, int, str | None, list[Source]]]:
+    """Every grounding support's (start, end, segment text, sources), in order."""
+    spans: list[tuple[int, int, str | None, list[Source]]] = []
+    for block in blocks:
+        chunks = block.get("groundingChunks")
+        known = [source_of(c) for c in chunks] if isinstance(chunks, list) else []
+        supports = block.get("groundingSupports")
+        for support in supports if isinstance(supports, list) else ():
+            span = _span(support, known)
+            if span is not None:
+                spans.append(span)
+    return spans
+
+
+def _local(points: Mapping[int, int | None], base: int, offset: int) -> int | None:
+    """The code-point offset, within its slot (starting at byte `base` of the whole
+    text), of byte `offset` of the whole text; None when it falls inside a character."""
+    found = points[offset]
+    return None if found is None else found - cast(int, points[base])
 
 
 def _span(
@@ -206,14 +237,6 @@ def _span(
     if not cited:
         return None
     return start, end, text if isinstance(text, str) else None, cited
-
-
-def _bytes_of(slots: Sequence[TextSlot], start: int, end: int) -> bytes:
-    return b"".join(
-        slot.encoded[max(start, slot.start) - slot.start : min(end, slot.end) - slot.start]
-        for slot in slots
-        if slot.start < end and start < slot.end
-    )
 
 
 # --- the activities ---------------------------------------------------------------------------

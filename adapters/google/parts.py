@@ -154,7 +154,11 @@ class PartMapper:
         """The drafts of one closed run (raw None) or one whole part."""
         block = assembled.block
         if assembled.raw is None:
-            return [*self._end_results(), *self._run(assembled)]
+            return (
+                [*self._end_results(), *self._run(assembled)]
+                if self._results
+                else self._run(assembled)
+            )
         out: list[Draft] = []
         if "functionCall" not in block:
             out.extend(self._end_call())
@@ -380,6 +384,8 @@ class PartMapper:
     def _end_results(self) -> list[Draft]:
         """One terminal transition per code run whose results arrived: the last result's
         outcome, every result part in its payload."""
+        if not self._results:
+            return []  # the common case, at every run and at the end of every response
         out: list[Draft] = []
         version = self.context.version_of("code_execution")
         for activity_id, results in self._results.items():

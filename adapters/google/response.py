@@ -16,6 +16,7 @@ import msgspec
 
 from convstore.adapters.google.context import PROVIDER, RequestContext
 from convstore.adapters.wire.counts import (
+    MAX_COUNT,
     Counters,
     count_of,
     encoded_unread,
@@ -166,6 +167,9 @@ _DETAILS: Final = msgspec.json.Decoder(list[msgspec.Raw])
 def usage_of(raw: msgspec.Raw | None) -> tuple[Usage, bytes | None]:
     """`usageMetadata` (raw) as `Usage`, and the value of an `UNREAD_USAGE` artifact for
     what in it is not a count (None when everything is)."""
+    plain = _plain_usage(raw)
+    if plain is not None:
+        return plain, None
     fields = fields_of(raw)
     if fields is None:
         whole = raw if raw and bytes(raw) != b"null" else None
@@ -189,6 +193,49 @@ def usage_of(raw: msgspec.Raw | None) -> tuple[Usage, bytes | None]:
     tokens = {USAGE_TOKENS[k]: v for k, v in counts.items() if k in USAGE_TOKENS}
     hosted = {k: v for k, v in counts.items() if k in HOSTED_USAGE}
     return _usage(tokens, hosted, other), encoded_unread({"usageMetadata": read})
+
+
+def _plain_usage(raw: msgspec.Raw | None) -> Usage | None:
+    """`usage_of(raw)`'s `Usage` in one decode, when everything in `raw` is read (counts,
+    per-modality lists of counts, strings beside them); None otherwise, for `usage_of`
+    to read field by field."""
+    if not raw:
+        return None
+    try:
+        fields = _ANY.decode(raw)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    if type(fields) is not dict:
+        return None
+    tokens: dict[str, int] = {}
+    hosted: dict[str, int] = {}
+    other: dict[str, int] = {}
+    for name, value in fields.items():
+        kind = type(value)
+        if kind is int:
+            if not 0 <= value <= MAX_COUNT:
+                return None
+            if name in USAGE_TOKENS:
+                tokens[USAGE_TOKENS[name]] = value
+            elif name in HOSTED_USAGE:
+                hosted[name] = value
+            else:
+                other[name] = value
+        elif kind is list and name not in USAGE_TOKENS and name not in HOSTED_USAGE:
+            for detail in value:
+                if type(detail) is not dict or "tokenCount" not in detail:
+                    continue
+                modality, found = detail.get("modality"), detail["tokenCount"]
+                if type(modality) is not str or found is None:
+                    continue
+                if type(found) is not int or not 0 <= found <= MAX_COUNT:
+                    return None  # kept unread, as it came
+                other[f"{name}.{modality}"] = found
+        elif kind in (dict, float) or (
+            value is not None and (name in USAGE_TOKENS or name in HOSTED_USAGE)
+        ):
+            return None  # an object (read field by field), or a value kept unread
+    return _usage(tokens, hosted, other)
 
 
 def _details(raw: msgspec.Raw, name: str, other: dict[str, int]) -> Iterator[msgspec.Raw]:

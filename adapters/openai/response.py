@@ -95,6 +95,13 @@ def decode_field(raw: msgspec.Raw | None) -> Any:
         return None
 
 
+def _unless_null(raw: msgspec.Raw | None) -> Any:
+    """`decode_field(raw)`, without decoding a null."""
+    if raw is None or (len(raw) == 4 and raw == _NULL_RAW):
+        return None
+    return decode_field(raw)
+
+
 def derived_id(body: bytes) -> ResponseId:
     """A deterministic response id for an error that names none: re-ingesting matches."""
     return ResponseId("error_" + hashlib.sha256(body).hexdigest()[:24])
@@ -205,20 +212,23 @@ class ResponseHead:
         extras = self.extras
         for name, raw in fields.items():
             if name not in RESPONSE_FIELDS:
-                if raw == _NULL_RAW:
+                # The length first: comparing every raw value costs twice as much.
+                if len(raw) == 4 and raw == _NULL_RAW:
                     extras.pop(name, None)
                 else:
                     extras[name] = raw
-        model = decode_field(fields.get("model"))
-        if isinstance(model, str) and model and not self.model:
-            self.model = model
+        if not self.model:
+            model = decode_field(fields.get("model"))
+            if isinstance(model, str) and model:
+                self.model = model
         status = decode_field(fields.get("status"))
         if isinstance(status, str):
             self.status = status
-        details = decode_field(fields.get("incomplete_details"))
+        # Null in most copies: not decoded then (it would decode to None).
+        details = _unless_null(fields.get("incomplete_details"))
         if isinstance(details, dict) and isinstance(details.get("reason"), str):
             self.incomplete_reason = details["reason"]
-        error = decode_field(fields.get("error"))
+        error = _unless_null(fields.get("error"))
         if error is not None:
             self.error = error
         usage = fields.get("usage")

@@ -34,7 +34,9 @@ __all__ = [
     "count_of",
     "encoded_unread",
     "fields_of",
+    "plain_counts",
     "read_counters",
+    "read_each",
     "usage_fields",
 ]
 
@@ -48,6 +50,7 @@ MAX_DEPTH: Final = 8
 
 _FIELDS: Final = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _ANY: Final = msgspec.json.Decoder()
+_ENCODE: Final = msgspec.json.Encoder().encode
 _NUMBER_START: Final = frozenset(b"-0123456789")
 _NULL: Final = b"null"
 
@@ -121,6 +124,18 @@ def read_counters(
     """Read a usage object's raw `fields` (see the module docstring); `named` are the
     dotted names of the counters the provider documents; `whole`, a usage value that was
     not an object (see `usage_fields`), is kept raw as it is."""
+    if whole is None:
+        counts = plain_counts(fields, named)
+        if counts is not None:
+            return Counters(counts)
+    return read_each(fields, named, whole)
+
+
+def read_each(
+    fields: Mapping[str, msgspec.Raw], named: Container[str] = (), whole: msgspec.Raw | None = None
+) -> Counters:
+    """`read_counters` field by field, each value from its own bytes: what any usage
+    object needs when something in it is not a count."""
     out = Counters(whole=whole)
     # Depth first, in document order (the order `Usage.other` keeps), without recursion.
     stack: list[tuple[str, Iterator[tuple[str, msgspec.Raw]], dict[str, Any], int]] = [
@@ -153,6 +168,42 @@ def read_counters(
             unread[name] = raw
     _prune(out.unread)
     return out
+
+
+def plain_counts(
+    fields: Mapping[str, msgspec.Raw], named: Container[str] = ()
+) -> dict[str, int] | None:
+    """`read_counters(fields, named).counts` in one decode, when nothing in `fields` is
+    left unread (the common usage object: counts, strings, nested objects of counts);
+    None otherwise, for `read_counters` to read field by field."""
+    try:
+        values = _ANY.decode(_ENCODE(fields))
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    counts: dict[str, int] = {}
+    return counts if _plain(values, "", named, counts, 0) else None
+
+
+def _plain(
+    values: dict[str, Any], prefix: str, named: Container[str], counts: dict[str, int], depth: int
+) -> bool:
+    """Add the counts of decoded `values` to `counts` in document order (as `read_counters`
+    names them); False as soon as a value would be left unread."""
+    for name, value in values.items():
+        kind = type(value)
+        if kind is int:
+            if not 0 <= value <= MAX_COUNT:
+                return False
+            counts[prefix + name if prefix else name] = value
+        elif kind is dict:
+            key = prefix + name
+            if key in named or depth >= MAX_DEPTH:
+                return False
+            if not _plain(value, key + ".", named, counts, depth + 1):
+                return False
+        elif kind is float or (value is not None and prefix + name in named):
+            return False  # a number that is no count, or a named counter that is none
+    return True
 
 
 def _prune(unread: dict[str, Any]) -> None:
