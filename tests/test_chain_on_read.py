@@ -184,3 +184,17 @@ def test_bytes_that_are_no_event_cannot_be_shown_and_exit_5(
         code, out, err = _run(capsys, "--db", url, *argv)
         assert code == EXIT_BROKEN and out == "", argv
         assert "does not verify" in err and "cannot be read" in err, argv
+
+
+def test_replay_builds_what_is_stored_warns_and_exits_5(
+    tampered: tuple[str, UUID, UUID, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, broken, intact, version = tampered
+    code, out, err = _run(capsys, "--db", url, "replay", str(broken), "--to", "anthropic")
+    assert code == EXIT_BROKEN and "coffee" in json.dumps(json.loads(out))  # as stored
+    assert f"conversation {broken} does not verify" in err and f"version {version}" in err
+    argv = ["--db", url, "replay", str(broken), "--to", "anthropic", "--dry-run", "--json"]
+    code, out, err = _run(capsys, *argv)
+    assert code == EXIT_BROKEN and isinstance(json.loads(out), list) and "does not verify" in err
+    code, out, err = _run(capsys, "--db", url, "replay", str(intact), "--to", "anthropic")
+    assert (code, err) == (0, "") and json.loads(out)["messages"]

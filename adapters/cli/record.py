@@ -7,6 +7,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
+from convstore.adapters.cli.integrity import EXIT_BROKEN, chain_warning
 from convstore.adapters.cli.registry import (
     PROG,
     PROVIDER_METAVAR,
@@ -184,16 +185,22 @@ def replay(args: argparse.Namespace, session: Session) -> int:
     """The request body as JSON on stdout (never writes to the store); `--dry-run` prints
     the loss report instead: what the request leaves out, the hosted tools kept declared
     for pending work, and the client tool calls without a result (the provider refuses
-    the request until each has one)."""
+    the request until each has one). A conversation whose stored chain does not hold is
+    built all the same, with a warning on stderr, and the exit is 5."""
     import msgspec
 
     from convstore.adapters.recording import jobs
     from convstore.adapters.terminal import values
     from convstore.adapters.wire.consent import KEPT_DECLARED
     from convstore.domain.calls import unanswered_calls
+    from convstore.projections import chain
 
     conversation = resolve_id(session.reader, args.id)
     events = session.reader.service.history(conversation)
+    status = chain.chain_status(session.reader, conversation)
+    if not status.intact:  # what is built is what is stored: said, and exit 5 at the end
+        session.err.line(chain_warning(status, conversation))
+    code = 0 if status.intact else EXIT_BROKEN
     request = jobs.replay(
         session.reader.service,
         conversation,
@@ -205,12 +212,12 @@ def replay(args: argparse.Namespace, session: Session) -> int:
     )
     if not args.dry_run:
         session.out.json_text(request.to_json().decode())
-        return 0
+        return code
     calls = unanswered_calls(events)
     if args.json:
         losses: list[Any] = [msgspec.to_builtins(loss) for loss in request.losses]
         session.out.json(losses + [_unanswered_data(call) for call in calls])
-        return 0
+        return code
     left_out = [loss for loss in request.losses if loss.kind != KEPT_DECLARED]
     if not left_out:
         refused = " (but see below: the provider refuses it as it stands)" if calls else ""
@@ -222,7 +229,7 @@ def replay(args: argparse.Namespace, session: Session) -> int:
         if loss.kind == KEPT_DECLARED
     )
     session.out.lines(_unanswered_line(call, conversation) for call in calls)
-    return 0
+    return code
 
 
 UNANSWERED = "unanswered_call"

@@ -94,8 +94,11 @@ class Interrupts:
         """`drafts`, the response's end marked `interrupted` when a signal cut its stream:
         an end the cut made (`abandoned`, its error only the cut's) is ours, and says so."""
         for draft in drafts:
-            cut = self.signum is not None and isinstance(draft, ResponseEnded)
-            if cut and isinstance(draft, ResponseEnded) and draft.state == "abandoned":
+            if (
+                self.signum is not None
+                and isinstance(draft, ResponseEnded)
+                and draft.state == "abandoned"
+            ):
                 yield msgspec.structs.replace(draft, end_reason="interrupted", error=None)
             else:
                 yield draft
