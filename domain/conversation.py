@@ -1,8 +1,9 @@
 """The Conversation aggregate: the invariants, checked where each event is applied.
 
 The aggregate's state holds only what its invariants need (open turn and response, tool
-calls, activity states, response digests, the chain head, counters), never message text,
-so snapshots stay small and every reading of content folds events through a projection.
+calls, activity states, response digests, the chain head, counters, the current title
+and labels, which a metadata change is checked against), never message text, so
+snapshots stay small and every reading of content folds events through a projection.
 It satisfies eventsourcing's mutable-aggregate protocol (`id`, `version`, `created_on`,
 `modified_on`, `collect_events`).
 """
@@ -16,15 +17,17 @@ from uuid import UUID, uuid4
 
 import msgspec
 
-from convstore.domain import chain, errors
+from convstore.domain import chain, errors, metadata
 from convstore.domain.events import (
     AssistantText,
     ContextInjected,
     Event,
     HostedActivity,
     Reasoning,
+    Relabelled,
     ResponseEnded,
     ResponseStarted,
+    Retitled,
     Started,
     ToolCallRequested,
     ToolCallResponded,
@@ -110,6 +113,10 @@ class ConversationState(msgspec.Struct, kw_only=True):
     """Events recorded, by event type."""
     created_on: datetime | None = None
     modified_on: datetime | None = None
+    title: str = ""
+    """The current title: its Started's, or its newest Retitled's."""
+    labels: tuple[str, ...] = ()
+    """The current labels, in the order they were put on, each once."""
 
 
 def _now() -> datetime:
@@ -418,6 +425,28 @@ def _started(state: ConversationState, event: Started) -> None:
     if state.created_on is not None:
         raise errors.InvariantViolation("a conversation is started only once")
     state.created_on = event.timestamp
+    state.title = event.title
+    state.labels = tuple(dict.fromkeys(event.labels))
+
+
+def _retitled(state: ConversationState, event: Retitled) -> None:
+    _no_open_response(state, "a new title")
+    if metadata.title(event.title) != event.title:
+        raise errors.InvalidMetadata(f"the title {event.title!r} is not trimmed")
+    if event.title == state.title:
+        raise errors.InvalidMetadata("a Retitled must change the title; it is already that")
+    state.title = event.title
+
+
+def _relabelled(state: ConversationState, event: Relabelled) -> None:
+    _no_open_response(state, "a label change")
+    added, removed = metadata.label_change(state.labels, event.added, event.removed)
+    if (added, removed) != (event.added, event.removed) or not (added or removed):
+        raise errors.InvalidMetadata(
+            "a Relabelled must change the labels: add only labels the conversation lacks "
+            f"(it has {list(state.labels)}), remove only labels it has, each once"
+        )
+    state.labels = metadata.relabelled(state.labels, added, removed)
 
 
 def _turn_started(state: ConversationState, event: TurnStarted) -> None:
@@ -573,6 +602,8 @@ _APPLY: dict[type[Event], Callable[[ConversationState, Any], None]] = {
     ToolCallResponded: _tool_call_responded,
     HostedActivity: _hosted_activity,
     UnknownArtifact: _unknown_artifact,
+    Retitled: _retitled,
+    Relabelled: _relabelled,
 }
 
 

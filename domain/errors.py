@@ -11,7 +11,8 @@
     │   ├── ResponseStillOpen         a user-side event, or a new response, while one is open
     │   │   └── ResponseBeingWritten  a write beside a response a live writer holds open
     │   ├── TurnStateError            turns that do not nest: end without start, start inside one
-    │   └── InvalidPayload            payload bytes that are not one JSON document
+    │   ├── InvalidPayload            payload bytes that are not one JSON document
+    │   └── InvalidMetadata           a title or label that cannot be recorded
     ├── ConversationNotFound          no conversation with that id
     ├── ConcurrencyConflict           another writer appended first (optimistic concurrency)
     │   └── ResponseStoredElsewhere   a provider response another conversation holds
@@ -80,6 +81,11 @@ class TurnStateError(InvariantViolation):
 
 class InvalidPayload(InvariantViolation):
     """Provider payload bytes that are not exactly one JSON document."""
+
+
+class InvalidMetadata(InvariantViolation):
+    """A title or label that cannot be recorded (control characters, a label with
+    whitespace, too long, one label both added and removed); nothing was written."""
 
 
 class ConversationNotFound(ConvstoreError, KeyError):

@@ -186,6 +186,22 @@ class HostedActivity(Event, frozen=True, kw_only=True, tag=True):
     payload: ProviderPayload | None = None
 
 
+class Retitled(Event, frozen=True, kw_only=True, tag=True):
+    """The conversation's title was changed (`convstore title`); outside any response."""
+
+    title: str
+    """The new title, trimmed (`domain.metadata.title`); empty: the conversation has none."""
+
+
+class Relabelled(Event, frozen=True, kw_only=True, tag=True):
+    """Labels were put on the conversation or taken off it (`convstore label`); outside
+    any response. It records a change only: each added label was not on it, each removed
+    one was."""
+
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+
+
 class UnknownArtifact(Event, frozen=True, kw_only=True, tag=True):
     """A block or item its adapter does not recognise: kept, replayed to its own provider."""
 
@@ -207,6 +223,8 @@ ConversationEvent: TypeAlias = (
     | ToolCallResponded
     | HostedActivity
     | UnknownArtifact
+    | Retitled
+    | Relabelled
 )
 """Every event a conversation records."""
 
@@ -224,4 +242,6 @@ EVENT_TYPES: Final[tuple[type[Event], ...]] = (
     ToolCallResponded,
     HostedActivity,
     UnknownArtifact,
+    Retitled,
+    Relabelled,
 )

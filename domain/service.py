@@ -13,6 +13,7 @@ from typing import Protocol
 
 import msgspec
 
+from convstore.domain import metadata
 from convstore.domain.calls import check_answerable
 from convstore.domain.conversation import Conversation, ConversationState
 from convstore.domain.errors import (
@@ -24,8 +25,10 @@ from convstore.domain.errors import (
 from convstore.domain.events import (
     Event,
     HostedActivity,
+    Relabelled,
     ResponseEnded,
     ResponseStarted,
+    Retitled,
     Started,
     ToolCallResponded,
     TurnEnded,
@@ -45,6 +48,18 @@ from convstore.domain.writers import (
 )
 
 INTERRUPTED_RESULT = "The tool call was interrupted; no result was recorded."
+
+METADATA_RETRIES = 3
+"""How often a title or label change whose conversation moved on under it reads it again."""
+
+
+class MetadataOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    """A conversation's title and labels after a `retitle` or `relabel`."""
+
+    title: str
+    labels: tuple[str, ...]
+    changed: bool
+    """Whether an event was recorded (False: it already had them; nothing was written)."""
 
 
 class ConversationSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -315,10 +330,9 @@ class ConversationService:
                 f"conversation {conversation_id} reads as versions 1 to {newest}; there is "
                 f"no version {at} to fork at"
             )
-        started = history[0]
-        if not title and isinstance(started, Started):
-            title = started.title  # the parent's, unless another is given
         state = self.repository.state_at(conversation_id, at)
+        if not title:
+            title = self.repository.load(conversation_id).state.title  # the parent's now
         fork = Conversation.fork(state, parent=conversation_id, at=at, title=title, labels=labels)
         self.repository.save(fork)
         return fork.id
@@ -329,7 +343,8 @@ class ConversationService:
         """The events a reading of the conversation folds: its own, or for a fork its
         parent's history up to the fork point, then its own events after its Started,
         their versions continuing the parent's (version v of the fork reads as
-        `forked_at + v - 1`). `own`: its own events, when already read. Raises
+        `forked_at + v - 1`), its parent's Retitled and Relabelled left out (a fork's
+        metadata is its own). `own`: its own events, when already read. Raises
         ConversationNotFound."""
         events = own if own is not None else list(self.repository.events(conversation_id))
         first = events[0]
@@ -339,7 +354,11 @@ class ConversationService:
         at = first.forked_at
         return [
             first,
-            *(e for e in parent[1:] if e.originator_version <= at),
+            *(  # the fork's title and labels are its own: its parent's changes stay there
+                e
+                for e in parent[1:]
+                if e.originator_version <= at and type(e) not in _METADATA
+            ),
             *(
                 msgspec.structs.replace(e, originator_version=at + e.originator_version - 1)
                 for e in events[1:]
@@ -416,6 +435,68 @@ class ConversationService:
         if recorded:
             self.repository.save(conversation)
         return [*closed, *recorded]
+
+    def retitle(self, conversation_id: ConversationId, title: str) -> MetadataOutcome:
+        """Give the conversation the title `title` (trimmed; empty: none), recording a
+        Retitled unless it has it already. Raises, nothing written: InvalidMetadata for
+        a title that cannot be one (`domain.metadata`), ResponseBeingWritten while a live
+        writer holds a response open, ConcurrencyConflict when other writers kept
+        appending."""
+        wanted = metadata.title(title)
+
+        def draft(state: ConversationState) -> Event | None:
+            return None if state.title == wanted else Retitled(title=wanted)
+
+        return self._change_metadata(conversation_id, draft, "a new title")
+
+    def relabel(
+        self,
+        conversation_id: ConversationId,
+        *,
+        add: Iterable[str] = (),
+        remove: Iterable[str] = (),
+    ) -> MetadataOutcome:
+        """Put the labels `add` on the conversation and take `remove` off, recording one
+        Relabelled of what changes (a label already there, or one not there to remove,
+        changes nothing). Raises, nothing written: InvalidMetadata for a label that
+        cannot be one or one both added and removed, and as `retitle` does."""
+        add, remove = tuple(add), tuple(remove)
+        metadata.label_change((), add, remove)  # refuse bad labels before any read
+
+        def draft(state: ConversationState) -> Event | None:
+            added, removed = metadata.label_change(state.labels, add, remove)
+            return Relabelled(added=added, removed=removed) if added or removed else None
+
+        return self._change_metadata(conversation_id, draft, "a label change")
+
+    def _change_metadata(
+        self,
+        conversation_id: ConversationId,
+        draft: Callable[[ConversationState], Event | None],
+        what: str,
+    ) -> MetadataOutcome:
+        """Record the metadata event `draft` makes of the conversation's state (None:
+        nothing to change) outside any response, read again when another writer appended
+        first (up to METADATA_RETRIES times)."""
+        retries = 0
+        while True:
+            conversation = self.repository.load(conversation_id)
+            self._refuse_beside_live_writer(conversation, what)
+            self._close_dead_response(conversation)
+            event = draft(conversation.state)
+            if event is not None:
+                conversation.record(event)
+                try:
+                    self.repository.save(conversation)
+                except ConcurrencyConflict:
+                    retries += 1
+                    if retries > METADATA_RETRIES:
+                        raise
+                    continue
+            state = conversation.state
+            return MetadataOutcome(
+                title=state.title, labels=state.labels, changed=event is not None
+            )
 
     # --- queries ----------------------------------------------------------------------------
 
@@ -538,6 +619,9 @@ class ConversationService:
         )
         self.repository.save(conversation)
         return [closed]
+
+
+_METADATA = (Retitled, Relabelled)
 
 
 def _later(conversation: Conversation) -> None:

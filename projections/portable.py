@@ -38,8 +38,10 @@ from convstore.domain import (
     Event,
     HostedActivity,
     Reasoning,
+    Relabelled,
     ResponseEnded,
     ResponseStarted,
+    Retitled,
     Started,
     ToolCallRequested,
     ToolCallResponded,
@@ -50,6 +52,7 @@ from convstore.domain import (
 )
 from convstore.domain.attempts import reading
 from convstore.domain.errors import ConversationNotFound
+from convstore.domain.metadata import relabelled
 from convstore.domain.vocabulary import (
     EndState,
     FinishReason,
@@ -421,9 +424,9 @@ class PortableConversation(msgspec.Struct, kw_only=True):
     id: UUID
     """The conversation's id."""
     title: str = ""
-    """Its title."""
+    """Its current title (its Started's, or its newest Retitled's)."""
     labels: list[str] = []
-    """Its labels."""
+    """Its current labels (its Started's, changed by each Relabelled)."""
     created: datetime | None = None
     """When it started."""
     version: int = 0
@@ -493,6 +496,14 @@ class PortableFold:
         self.conversation.title = event.title
         self.conversation.labels = list(event.labels)
         self.conversation.created = event.timestamp
+
+    def _retitled(self, event: Retitled) -> None:
+        self.conversation.title = event.title
+
+    def _relabelled(self, event: Relabelled) -> None:
+        self.conversation.labels = list(
+            relabelled(tuple(self.conversation.labels), event.added, event.removed)
+        )
 
     def _turn_started(self, event: TurnStarted) -> None:
         turn = Turn(
@@ -737,6 +748,8 @@ _FOLDS: Final[dict[type[Event], Callable[[PortableFold, Any], None]]] = {
     ToolCallResponded: PortableFold._tool_result,
     HostedActivity: PortableFold._activity,
     UnknownArtifact: PortableFold._unknown,
+    Retitled: PortableFold._retitled,
+    Relabelled: PortableFold._relabelled,
 }
 
 

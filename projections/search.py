@@ -13,6 +13,11 @@ a Display's content):
 | `tool_call`   | ToolCallRequested name and arguments (their JSON as stored)       |
 | `tool_result` | ToolCallResponded content                                         |
 | `activity`    | HostedActivity input: its string values (search queries, URLs)    |
+| `title`       | the conversation's title: its Started's, then each Retitled's     |
+
+A conversation's title rows are its current title's only: a Retitled deletes the rows of
+the title before it (an empty title leaves none). They belong to no turn (the title is
+the conversation's), so their `turn_id` is None.
 
 A piece longer than `CHUNK` characters is split into several rows. Each row points back to
 its conversation, the turn open at that event (None outside a turn), the event's version and
@@ -132,6 +137,7 @@ class Indexed(msgspec.Struct):
     arguments: msgspec.Raw = msgspec.Raw(b"")
     content: str = ""
     input: dict[str, Any] = {}
+    title: str = ""
 
 
 _read_indexed = msgspec.json.Decoder(Indexed).decode
@@ -206,7 +212,19 @@ def _context(event: Indexed) -> list[tuple[str, str]]:
     return [("context", event.text)] if event.text else []
 
 
+def _title(event: Indexed) -> list[tuple[str, str]]:
+    return [(TITLE, event.title)] if event.title else []
+
+
+TITLE: Final = "title"
+"""The kind of a conversation's title rows."""
+
+_RETITLES: Final = frozenset({"Started", "Retitled"})
+"""The events that set the title (a Retitled's deletes the rows of the title before)."""
+
 _PIECES: Final[dict[str, Callable[[Indexed], list[tuple[str, str]]]]] = {
+    "Started": _title,
+    "Retitled": _title,
     "AssistantText": _assistant_text,
     "UserMessage": _user_message,
     "Reasoning": _reasoning,
@@ -259,7 +277,7 @@ class Hit(msgspec.Struct, frozen=True, kw_only=True):
     """The event's version in its conversation."""
     kind: str
     """What the text is: user, context, text, citation, reasoning, tool_call, tool_result,
-    activity."""
+    activity, title."""
     snippet: str
     """Words around the first match, matches in `[` `]`; stored text, not yet sanitized."""
     score: float
@@ -284,6 +302,7 @@ class _Dialect(Protocol):
         self, cursor: Any, turns: dict[UUID, tuple[str | None] | None]
     ) -> None: ...
     def delete(self, cursor: Any, conversation: UUID, spans: list[tuple[int, int]]) -> None: ...
+    def delete_kind(self, cursor: Any, conversation: UUID, kind: str) -> None: ...
     def search(self, cursor: Any, node: Node, limit: int) -> list[tuple[Row, float]]: ...
     def dump(self, cursor: Any) -> Iterator[bytes]: ...
 
@@ -354,17 +373,31 @@ class _SQLite:
 
     def delete(self, cursor: Any, conversation: UUID, spans: list[tuple[int, int]]) -> None:
         for first, last in spans:
-            where = " FROM search_rows WHERE conversation_id = ? AND version BETWEEN ? AND ?"
-            key = (conversation.bytes, first, last)
-            # A contentless FTS5 table forgets a row when told its rowid and text again.
-            cursor.executemany(
-                "INSERT INTO search_fts (search_fts, rowid, body) VALUES ('delete', ?, ?)",
-                [
-                    (i, b if b.isascii() else normalized(b))
-                    for i, b in cursor.execute("SELECT id, body" + where, key).fetchall()
-                ],
+            self._delete(
+                cursor,
+                " FROM search_rows WHERE conversation_id = ? AND version BETWEEN ? AND ?",
+                (conversation.bytes, first, last),
             )
-            cursor.execute("DELETE" + where, key)
+
+    def delete_kind(self, cursor: Any, conversation: UUID, kind: str) -> None:
+        self._delete(
+            cursor,
+            " FROM search_rows WHERE conversation_id = ? AND kind = ?",
+            (conversation.bytes, kind),
+        )
+
+    @staticmethod
+    def _delete(cursor: Any, where: str, key: tuple[Any, ...]) -> None:
+        """Delete the rows `where` selects, and their FTS entries."""
+        # A contentless FTS5 table forgets a row when told its rowid and text again.
+        cursor.executemany(
+            "INSERT INTO search_fts (search_fts, rowid, body) VALUES ('delete', ?, ?)",
+            [
+                (i, b if b.isascii() else normalized(b))
+                for i, b in cursor.execute("SELECT id, body" + where, key).fetchall()
+            ],
+        )
+        cursor.execute("DELETE" + where, key)
 
     def insert(self, cursor: Any, rows: list[Row]) -> None:
         cursor.executemany(
@@ -477,6 +510,12 @@ class _Postgres:
                 (conversation, first, last),
             )
 
+    def delete_kind(self, cursor: Any, conversation: UUID, kind: str) -> None:
+        cursor.execute(
+            "DELETE FROM search_rows WHERE conversation_id = %s AND kind = %s",
+            (conversation, kind),
+        )
+
     def insert(self, cursor: Any, rows: list[Row]) -> None:
         cursor.execute(
             _POSTGRES_INSERT,
@@ -563,6 +602,9 @@ class SearchIndex(TrackedProjection):
             elif event.type == "ResponseEnded" and conversation in attempts:
                 del attempts[conversation]
                 attempts_changed[conversation] = None
+            if event.type == "Retitled":
+                dialect.delete_kind(cursor, conversation, TITLE)
+                rows = [r for r in rows if not (r[1] == conversation and r[4] == TITLE)]
             found = pieces(event)
             if not found:
                 if event.type == "TurnStarted":
@@ -572,7 +614,9 @@ class SearchIndex(TrackedProjection):
                     turns[conversation] = None
                     changed.add(conversation)
                 continue
-            if conversation in attempts:
+            if event.type in _RETITLES:
+                turn = None  # the conversation's, not a turn's
+            elif conversation in attempts:
                 turn = attempts[conversation]
             elif conversation in turns:
                 turn = turns[conversation]

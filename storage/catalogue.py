@@ -2,7 +2,8 @@
 
 `0003_catalogue` made the `catalogue` table; every append writes its conversation's row
 beside the events (`catalogue_row`, upserted by the backend), so a read-only reader sees
-it as current as the events. It serves `list`, its filters and short ids without
+it as current as the events. Its title and labels are the conversation's current ones:
+those of its Started, then of each Retitled and Relabelled. It serves `list`, its filters and short ids without
 replaying a conversation.
 
 A row's `title` is NULL when no row was given for a conversation's first event (an event
@@ -23,11 +24,14 @@ from uuid import UUID
 import msgspec
 
 from convstore.domain.errors import ConversationNotFound
-from convstore.domain.events import Event, ResponseStarted, Started
+from convstore.domain.events import Event, Relabelled, ResponseStarted, Retitled, Started
 from convstore.domain.service import ConversationFilter
 
 TURN_STARTED: Final = "TurnStarted"
 """The key of `ConversationState.counts` that counts turns."""
+
+_METADATA: Final = frozenset({Retitled, Relabelled})
+"""The events after which a row carries the title and labels again."""
 
 
 class CatalogueRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -69,17 +73,22 @@ def catalogue_row(
     events: Sequence[Event],
     *,
     turns: int,
+    metadata: tuple[str, tuple[str, ...]],
     inherited: tuple[str, str] | None = None,
 ) -> CatalogueRow:
     """The row an append of `events` (one conversation's, in order) writes. `turns`: its
-    turns after them (a fork's count its parent's); `inherited`: a new fork's parent's
-    (provider, model), used when the append holds no response of its own."""
+    turns after them (a fork's count its parent's); `metadata`: its (title, labels) after
+    them, written when the append starts it or changes them (Retitled, Relabelled);
+    `inherited`: a new fork's parent's (provider, model), used when the append holds no
+    response of its own."""
     first, newest = events[0], events[-1]
     response = next((e for e in reversed(events) if type(e) is ResponseStarted), None)
     provider, model = (response.provider, response.model) if response else inherited or (None, None)
     if model is not None:
         model = _text(model)
     new = isinstance(first, Started) and first.originator_version == 1
+    title, labels = metadata
+    changed = new or any(type(e) in _METADATA for e in events)
     return CatalogueRow(
         originator_id=conversation_id,
         created_at=first.timestamp if new else None,
@@ -88,8 +97,8 @@ def catalogue_row(
         model=model,
         turns=turns,
         events=newest.originator_version,
-        title=_text(first.title) if isinstance(first, Started) and new else None,
-        labels=tuple(map(_text, first.labels)) if isinstance(first, Started) and new else None,
+        title=_text(title) if changed else None,
+        labels=tuple(map(_text, labels)) if changed else None,
         forked_from=first.forked_from if isinstance(first, Started) and new else None,
     )
 

@@ -73,11 +73,12 @@ DEFAULT_CACHE_ENTRIES = 250_000
 (about 200 bytes each: a 10,000-event conversation holds some 2,000)."""
 
 
-class _Snapshot(msgspec.Struct, array_like=True, tag=3):
+class _Snapshot(msgspec.Struct, array_like=True, tag=4):
     """A snapshot's layout: the state without its activities, then the activities.
 
-    Tag 3 since the state keeps each response's attempt: a tag-2 snapshot (responses as
-    bare digests) is passed over, and its conversation replayed from its events."""
+    Tag 4 since the state keeps the current title and labels (tag 3: since it keeps each
+    response's attempt). A snapshot of an earlier tag lacks what the state now keeps, so
+    it is passed over, and its conversation replayed from its events once."""
 
     state: ConversationState
     """Every field but `activities`, which is empty here."""
@@ -89,8 +90,6 @@ class _Snapshot(msgspec.Struct, array_like=True, tag=3):
 
 _encode_snapshot = msgspec.msgpack.Encoder().encode
 _decode_snapshot = msgspec.msgpack.Decoder(_Snapshot).decode
-_decode_plain_state = msgspec.msgpack.Decoder(ConversationState).decode
-"""The first layout: the state as one msgpack map."""
 
 
 def encode_snapshot(state: ConversationState) -> bytes:
@@ -115,14 +114,12 @@ def encode_snapshot(state: ConversationState) -> bytes:
 
 
 def decode_snapshot(data: bytes) -> ConversationState | None:
-    """The state in snapshot bytes (either layout), or None when they cannot be read."""
+    """The state in snapshot bytes, or None when they cannot be read: another layout
+    (the first, a plain map of the state, and tags 2 and 3 lack what the state keeps)."""
     try:
         snapshot = _decode_snapshot(data)
     except msgspec.DecodeError:
-        try:
-            return _decode_plain_state(data)
-        except msgspec.DecodeError:
-            return None
+        return None
     state = snapshot.state
     kinds = snapshot.kinds
     try:
@@ -343,7 +340,14 @@ class EventRepository:
             if parent is not None and parent.provider is not None:
                 inherited = parent.provider, parent.model or ""
         turns = conversation.state.counts.get(TURN_STARTED, 0)
-        return catalogue_row(conversation.id, events, turns=turns, inherited=inherited)
+        state = conversation.state
+        return catalogue_row(
+            conversation.id,
+            events,
+            turns=turns,
+            metadata=(state.title, state.labels),
+            inherited=inherited,
+        )
 
     def summaries(
         self,

@@ -45,7 +45,9 @@ from convstore.domain import (
     ResponseEnded,
     ResponseId,
     ResponseStarted,
+    Retitled,
     Source,
+    Started,
     ToolCallRequested,
     ToolCallResponded,
     TurnEnded,
@@ -196,6 +198,11 @@ class Writer:
                 cid, [ToolCallResponded(call_id=call, content=f"weather for {text}")]
             )
 
+    def retitle(self, which: int, text: str) -> None:
+        """A new title (every third one empty: the title cleared)."""
+        self.count += 1
+        self.service.retitle(self.conversations[which], "" if self.count % 3 == 0 else text)
+
     def rolled_back(self, which: int, text: str) -> None:
         """An append that loses a race: rolled back (on PostgreSQL its ids become a gap)."""
         cid = self.conversations[which]
@@ -241,6 +248,11 @@ def model(events: Sequence[Positioned]) -> list[tuple[int, Expected]]:
         cid = event.originator_id
         texts: list[tuple[str, str]] = []
         match event:
+            case Started() | Retitled():  # the current title's rows only, in no turn
+                out = [row for row in out if not (row[1][0] == str(cid) and row[1][3] == "title")]
+                if event.title:
+                    out.append((position, (str(cid), event.originator_version, None, "title", event.title)))
+                continue
             case TurnStarted():
                 open_turn[cid] = event.turn_id
             case TurnEnded():
@@ -306,6 +318,7 @@ operations = st.lists(
         st.tuples(st.just("context"), st.integers(0, 2), sentences),
         st.tuples(st.just("response"), st.integers(0, 2), sentences, st.booleans()),
         st.tuples(st.just("end_turn"), st.integers(0, 2)),
+        st.tuples(st.just("retitle"), st.integers(0, 2), sentences),
         st.tuples(st.just("rolled_back"), st.integers(0, 2), sentences),
         st.tuples(
             st.just("project"),

@@ -13,7 +13,14 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from convstore.adapters.cli import completion, conversations, index, integrity, record
+from convstore.adapters.cli import (
+    completion,
+    conversations,
+    index,
+    integrity,
+    metadata,
+    record,
+)
 from convstore.adapters.cli.registry import (
     COMMANDS,
     ENV_DEBUG,
@@ -28,7 +35,7 @@ from convstore.adapters.terminal import render
 from convstore.adapters.terminal.render import Renderer, TextStream
 from convstore.domain.errors import ConvstoreError
 
-COMMAND_MODULES = (conversations, record, integrity, index, completion)
+COMMAND_MODULES = (conversations, metadata, record, integrity, index, completion)
 """The modules whose `@command` functions make the subcommands, in `--help` order."""
 
 
