@@ -32,8 +32,7 @@ def title(text: str) -> str:
     trimmed = text.strip()
     if len(trimmed) > MAX_TITLE:
         raise InvalidMetadata(
-            f"a title is at most {MAX_TITLE} characters; this one has {len(trimmed)}: "
-            "shorten it"
+            f"a title is at most {MAX_TITLE} characters; this one has {len(trimmed)}: shorten it"
         )
     if any(unicodedata.category(c) == "Cc" for c in trimmed):
         raise InvalidMetadata(

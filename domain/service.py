@@ -355,9 +355,7 @@ class ConversationService:
         return [
             first,
             *(  # the fork's title and labels are its own: its parent's changes stay there
-                e
-                for e in parent[1:]
-                if e.originator_version <= at and type(e) not in _METADATA
+                e for e in parent[1:] if e.originator_version <= at and type(e) not in _METADATA
             ),
             *(
                 msgspec.structs.replace(e, originator_version=at + e.originator_version - 1)

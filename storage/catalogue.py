@@ -3,8 +3,8 @@
 `0003_catalogue` made the `catalogue` table; every append writes its conversation's row
 beside the events (`catalogue_row`, upserted by the backend), so a read-only reader sees
 it as current as the events. Its title and labels are the conversation's current ones:
-those of its Started, then of each Retitled and Relabelled. It serves `list`, its filters and short ids without
-replaying a conversation.
+those of its Started, then of each Retitled and Relabelled. It serves `list`, its
+filters and short ids without replaying a conversation.
 
 A row's `title` is NULL when no row was given for a conversation's first event (an event
 appended by eventsourcing's path or by a newer convstore): the backends still make one,

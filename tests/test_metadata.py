@@ -58,9 +58,8 @@ def test_retitle_and_relabel_append_events_and_keep_the_state(store: Store) -> N
     assert (outcome.labels, outcome.changed) == (("b", "c"), True)
     events = list(service.events(cid))
     assert [type(e).__name__ for e in events] == ["Started", "Retitled", "Relabelled"]
-    assert events[1] == Retitled(
-        title="second title", **_envelope(events[1])
-    ) and events[2] == Relabelled(added=("b", "c"), removed=("a",), **_envelope(events[2]))
+    assert events[1] == Retitled(title="second title", **_envelope(events[1]))
+    assert events[2] == Relabelled(added=("b", "c"), removed=("a",), **_envelope(events[2]))
     state = service.get(cid).state
     assert (state.title, state.labels) == ("second title", ("b", "c"))
     reading = portable.load(service, cid)
@@ -132,7 +131,11 @@ def test_refused_inside_a_response_a_live_writer_holds_but_fine_inside_a_turn(
     assert service.retitle(cid, "inside a turn").changed
     service.append(
         cid,
-        [ResponseStarted(response_id=ResponseId("r1"), provider="anthropic", writer=service.writer)],
+        [
+            ResponseStarted(
+                response_id=ResponseId("r1"), provider="anthropic", writer=service.writer
+            )
+        ],
     )
     before = _versions(store, cid)
     with pytest.raises(ResponseBeingWritten):
@@ -308,9 +311,7 @@ def test_command_refusals_exit_2_and_write_nothing(
 # --- the property ---------------------------------------------------------------------------------
 
 names = st.sampled_from(["a", "b", "c", "d", "ünï", "x-y"])
-changes = st.lists(
-    st.tuples(st.lists(names, max_size=3), st.lists(names, max_size=3)), max_size=12
-)
+changes = st.lists(st.tuples(st.lists(names, max_size=3), st.lists(names, max_size=3)), max_size=12)
 
 
 @settings(max_examples=150, deadline=None)

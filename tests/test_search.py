@@ -251,7 +251,9 @@ def model(events: Sequence[Positioned]) -> list[tuple[int, Expected]]:
             case Started() | Retitled():  # the current title's rows only, in no turn
                 out = [row for row in out if not (row[1][0] == str(cid) and row[1][3] == "title")]
                 if event.title:
-                    out.append((position, (str(cid), event.originator_version, None, "title", event.title)))
+                    out.append(
+                        (position, (str(cid), event.originator_version, None, "title", event.title))
+                    )
                 continue
             case TurnStarted():
                 open_turn[cid] = event.turn_id
