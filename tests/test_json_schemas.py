@@ -143,6 +143,19 @@ def test_every_reading_command_matches_its_schema(
     assert _check("migrate", _run(capsys, *db, "migrate", "--json")[1])["applied"] == []
     forked = _run(capsys, *db, "fork", conversations["anthropic"], "--at", "1", "--json")
     assert _check("fork", forked[1])["forked_at"] == 1
+    target = conversations["openai"]
+    titled = _run(capsys, *db, "title", target[:8], "Genmaicha notes", "--json")
+    assert _check("title", titled[1]) == {
+        "conversation_id": target,
+        "title": "Genmaicha notes",
+        "changed": True,
+    }
+    labelled = _run(capsys, *db, "label", target, "--add", "tea", "--remove", "none", "--json")
+    assert _check("label", labelled[1])["labels"] == ["tea"]
+    again = _run(capsys, *db, "label", target, "--add", "tea", "--json")
+    assert _check("label", again[1])["changed"] is False
+    hits = _check("search", _run(capsys, *db, "search", "genmaicha", "--json")[1])
+    assert [(h["conversation_id"], h["kind"]) for h in hits] == [(target, "title")]
 
 
 def test_ask_matches_its_schema(
@@ -219,6 +232,8 @@ FAILING: dict[str, list[str]] = {
     "replay": [MISSING, "--to", "anthropic"],
     "ask": ["Where?", "--model", "claude-sonnet-4-5", "--cfg", "ask.colour=1"],
     "fork": [MISSING, "--at", "1"],
+    "title": [MISSING, "a title"],
+    "label": [MISSING, "--add", "tea"],
     "repair": [MISSING],
     "answer": [MISSING, "call_1", "--text", "ok"],
 }
