@@ -69,10 +69,12 @@ from convstore.domain import (
     HostedActivity,
     ProviderPayload,
     Reasoning,
+    Relabelled,
     RequestSettings,
     ResponseEnded,
     ResponseId,
     ResponseStarted,
+    Retitled,
     Source,
     Started,
     TextRange,
@@ -87,6 +89,7 @@ from convstore.domain import (
 from convstore.domain.chain import verify_stored
 from convstore.domain.errors import (
     DuplicateId,
+    InvalidMetadata,
     InvalidPayload,
     InvalidTransition,
     InvariantViolation,
@@ -196,6 +199,8 @@ class Model:
     """Client call id → answered."""
     activities: dict[str, tuple[str, str]] = field(default_factory=dict)
     """Activity id → (name, state)."""
+    title: str = ""
+    labels: set[str] = field(default_factory=set)
 
     def open_calls(self) -> list[str]:
         return [call for call, answered in self.calls.items() if not answered]
@@ -246,11 +251,27 @@ class Model:
             return ToolCallAlreadyAnswered if self.calls[draft.call_id] else None
         if isinstance(draft, HostedActivity):
             return self._activity_refusal(draft)
+        if isinstance(draft, Retitled | Relabelled):
+            return ResponseStillOpen if self.response is not None else self._metadata(draft)
         if isinstance(draft, UnknownArtifact):
             if draft.response_id is None:
                 return None
             return None if self.response == draft.response_id else ResponseNotOpen
         raise AssertionError(f"no rule for {type(draft).__name__}")
+
+    def _metadata(self, draft: Retitled | Relabelled) -> Refusal | None:
+        """A title is trimmed, one line, new; a change of labels adds valid labels it
+        lacks and removes labels it has, each once, and changes something."""
+        if isinstance(draft, Retitled):
+            title = draft.title
+            one_line = title == title.strip() and title.isprintable() and len(title) <= 500
+            return None if one_line and title != self.title else InvalidMetadata
+        added, removed = draft.added, draft.removed
+        words = all(name and name.isprintable() and " " not in name for name in added + removed)
+        once = len(set(added)) == len(added) and len(set(removed)) == len(removed)
+        real = not set(added) & self.labels and set(removed) <= self.labels
+        changes = bool(added or removed) and not set(added) & set(removed)
+        return None if words and once and real and changes else InvalidMetadata
 
     def _activity_refusal(self, draft: HostedActivity) -> Refusal | None:
         explicit_abandonment = draft.response_id is None
@@ -284,6 +305,12 @@ class Model:
             self.calls[draft.call_id] = True
         elif isinstance(draft, HostedActivity):
             self.activities[draft.activity_id] = (draft.name, draft.state)
+        elif isinstance(draft, Started):
+            self.title, self.labels = draft.title, set(draft.labels)
+        elif isinstance(draft, Retitled):
+            self.title = draft.title
+        elif isinstance(draft, Relabelled):
+            self.labels = (self.labels | set(draft.added)) - set(draft.removed)
 
     def batch_refusal(self, drafts: Sequence[Event]) -> Refusal | None:
         """The first refusal within a batch, recorded in order; None if all are accepted."""
@@ -330,7 +357,7 @@ class ConversationMachine(RuleBasedStateMachine):
         self.model = Model()
         self.fresh = 0
         conversation = Conversation.start("stateful", ["hypothesis"])
-        self.model.advance(Started())
+        self.model.advance(Started(title="stateful", labels=("hypothesis",)))
         self.conversation = self.backend.persist_and_reload(conversation)
 
     def make_backend(self) -> Backend:
@@ -588,6 +615,26 @@ class ConversationMachine(RuleBasedStateMachine):
     def unknown_artifact(self, data: st.DataObject) -> None:
         self.execute([self._unknown_artifact(data)])
 
+    @rule(data=st.data())
+    def retitled(self, data: st.DataObject) -> None:
+        """Mostly a new title; sometimes the same one, untrimmed, or of two lines."""
+        title = data.draw(st.sampled_from((self.model.title, "plan", "", " padded ", "a\nb")))
+        self.execute([Retitled(title=title)])
+
+    @rule(data=st.data())
+    def relabelled(self, data: st.DataObject) -> None:
+        """Mostly a real change; sometimes labels from a few, some invalid, present or
+        not, repeated."""
+        if data.draw(st.integers(0, 3)):
+            lacking = sorted({"hypothesis", "a", "b"} - self.model.labels)
+            added = data.draw(st.lists(st.sampled_from(lacking), unique=True)) if lacking else []
+            having = sorted(self.model.labels)
+            removed = data.draw(st.lists(st.sampled_from(having), unique=True)) if having else []
+        else:
+            names = st.sampled_from(("hypothesis", "a", "b", "two words", ""))
+            added, removed = data.draw(st.lists(names, max_size=3)), data.draw(st.lists(names))
+        self.execute([Relabelled(added=tuple(added), removed=tuple(removed))])
+
     @rule()
     def start_again(self) -> None:
         self.execute([Started(title="again")])
@@ -736,6 +783,9 @@ class ConversationMachine(RuleBasedStateMachine):
         assert {a: (s.name, s.state) for a, s in state.activities.items()} == (
             self.model.activities
         )
+        assert state.title == self.model.title
+        assert set(state.labels) == self.model.labels
+        assert len(state.labels) == len(self.model.labels)
 
 
 SETTINGS = settings(max_examples=40, stateful_step_count=30, deadline=None)
@@ -762,6 +812,7 @@ def test_the_machine_reaches_every_outcome() -> None:
         ToolCallAlreadyAnswered,
         InvalidTransition,
         InvalidPayload,
+        InvalidMetadata,
     }
     missing = {r.__name__ for r in refusals} - set(OUTCOMES)
     assert not missing, f"never refused: {missing} ({OUTCOMES})"

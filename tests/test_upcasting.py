@@ -36,6 +36,8 @@ from tests import sample_conversation
 GOLDEN = Path(__file__).parent / "golden"
 STATES: list[bytes] = (GOLDEN / "conversation.jsonl").read_bytes().splitlines()
 """The golden conversation's stored events, version 1 first."""
+METADATA_STATES: list[bytes] = (GOLDEN / "metadata.jsonl").read_bytes().splitlines()
+"""A conversation's title and label changes, as the version that added them stored them."""
 _SNAPSHOT = json.loads((GOLDEN / "snapshot.json").read_text())
 SNAPSHOT_VERSION: int = _SNAPSHOT["version"]
 SNAPSHOT_STATE = base64.b64decode(_SNAPSHOT["state"])
@@ -82,12 +84,19 @@ def test_golden_fixtures_hold_every_event_type_and_read_back_exactly() -> None:
     """Scenario 10: every event type's version-1 bytes decode into today's class and encode
     back to the same fields (as stored, or as their upcaster returns them): nothing dropped,
     renamed or reinterpreted, and the stored chain holds."""
-    assert {msgspec.json.decode(s, type=_Head).type for s in STATES} >= {
+    assert {msgspec.json.decode(s, type=_Head).type for s in STATES + METADATA_STATES} >= {
         cls.__struct_config__.tag for cls in EVENT_TYPES
     }
     for state, event in zip(STATES, golden_events(), strict=True):
         assert json.loads(encode(event)) == json.loads(upcast(state) or state)
     assert verify_stored(enumerate(STATES, 1)) == []
+    for state in METADATA_STATES:
+        assert json.loads(encode(decode(state))) == json.loads(upcast(state) or state)
+    assert verify_stored(enumerate(METADATA_STATES, 1)) == []
+    metadata = Conversation.replay(
+        ConversationId(decode(METADATA_STATES[0]).originator_id), map(decode, METADATA_STATES)
+    )
+    assert (metadata.state.title, metadata.state.labels) == ("", ("japan",))
 
 
 def test_golden_snapshot_reads_as_the_state_its_events_fold_to() -> None:

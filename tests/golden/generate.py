@@ -1,6 +1,7 @@
 """Write the golden fixtures: stored bytes of today's schema (version 1), kept as written.
 
-Run once, by hand, from the project root: `.venv/bin/python -m tests.golden.generate`.
+Run once, by hand, from the project root: `.venv/bin/python -m tests.golden.generate`
+(and `... generate metadata` for the fixture of the event types added later).
 The tests never run it: the files it writes are the record of what this version stored,
 and `tests/test_upcasting.py` proves every later version still reads them. Regenerating
 them after an event class changed would hide exactly the break they exist to catch;
@@ -10,13 +11,16 @@ add an upcaster (`storage/upcasting.py`) instead, and new fixtures beside these.
   exact bytes per line (every one of the 13 event types, with payloads, citations with
   ranges, usage, an error, a display obligation, a redaction and a repair);
 - `snapshot.json`: the snapshot the repository stored part-way through (`version`, and
-  `state`: the msgpack bytes in base64).
+  `state`: the msgpack bytes in base64);
+- `metadata.jsonl`, beside them (written when Retitled and Relabelled were added): a
+  conversation titled, retitled, relabelled and its title cleared, its exact bytes.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import sys
 import tempfile
 from pathlib import Path
 
@@ -182,5 +186,22 @@ def main() -> None:
     print(f"{len(states)} events, snapshot at version {snapshot.version}, in {FOLDER}")
 
 
+def metadata() -> None:
+    """Record a conversation's title and label changes; write its stored bytes."""
+    with (
+        tempfile.TemporaryDirectory() as scratch,
+        open_store(f"sqlite:///{scratch}/golden.db") as store,
+    ):
+        service = ConversationService(store.repository, writer=WRITER)
+        conversation = service.start("Kyoto notes", ["travel"])
+        service.retitle(conversation, "Uji day trip")
+        service.relabel(conversation, add=["japan", "tea"], remove=["travel"])
+        service.relabel(conversation, remove=["tea"])
+        service.retitle(conversation, "")
+        states = store.recorder.select_states(conversation)
+    (FOLDER / "metadata.jsonl").write_bytes(b"".join(state + b"\n" for _, state in states))
+    print(f"{len(states)} events in {FOLDER / 'metadata.jsonl'}")
+
+
 if __name__ == "__main__":
-    main()
+    metadata() if sys.argv[1:] == ["metadata"] else main()
