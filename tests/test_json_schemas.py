@@ -156,6 +156,8 @@ def test_every_reading_command_matches_its_schema(
     assert _check("label", again[1])["changed"] is False
     hits = _check("search", _run(capsys, *db, "search", "genmaicha", "--json")[1])
     assert [(h["conversation_id"], h["kind"]) for h in hits] == [(target, "title")]
+    events = _check("show", _run(capsys, *db, "show", target, "--json")[1])
+    assert [e["type"] for e in events[-2:]] == ["Retitled", "Relabelled"]
 
 
 def test_ask_matches_its_schema(
