@@ -44,6 +44,7 @@ from convstore.domain.events import (
     HostedActivity,
     ResponseEnded,
     ResponseStarted,
+    Retitled,
     Started,
     ToolCallRequested,
     ToolCallResponded,
@@ -344,6 +345,9 @@ class AuditFold:
         self.title = event.title
         self.created = event.timestamp
 
+    def _retitled(self, event: Retitled) -> None:
+        self.title = event.title
+
     def _turn_started(self, event: TurnStarted) -> None:
         self.open_turn = event.turn_id
         self.turns[event.turn_id] = TurnAudit(
@@ -548,6 +552,7 @@ class AuditFold:
 
 _HANDLERS: Final[dict[type[Event], Any]] = {
     Started: AuditFold._started,
+    Retitled: AuditFold._retitled,
     TurnStarted: AuditFold._turn_started,
     TurnEnded: AuditFold._turn_ended,
     AssistantText: AuditFold._text,

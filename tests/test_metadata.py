@@ -32,7 +32,7 @@ from convstore.domain import (
 )
 from convstore.domain import metadata as rules
 from convstore.domain.errors import InvalidMetadata, ResponseBeingWritten, ResponseStillOpen
-from convstore.projections import portable, search
+from convstore.projections import audit, portable, search
 from convstore.storage import Store, open_store
 
 
@@ -64,6 +64,7 @@ def test_retitle_and_relabel_append_events_and_keep_the_state(store: Store) -> N
     assert (state.title, state.labels) == ("second title", ("b", "c"))
     reading = portable.load(service, cid)
     assert (reading.title, reading.labels) == ("second title", ["b", "c"])
+    assert audit.audit(service.events(cid)).title == "second title"
 
 
 def _envelope(event: Any) -> dict[str, Any]:
