@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from convstore.adapters import cli
@@ -341,3 +341,53 @@ def test_any_sequence_of_label_changes_equals_a_set_model(
     replayed = Conversation.replay(conversation.id, events)
     assert replayed.state.labels == conversation.state.labels
     assert set(portable.fold(events).labels) == model
+
+
+def test_a_change_that_loses_a_race_reads_again(store_url: str) -> None:
+    """Another writer appends between the change's read and its write: the write conflicts,
+    the change reads the conversation again and is recorded after the other's event."""
+    from convstore.domain import ContextInjected
+
+    with open_store(store_url) as store, open_store(store_url) as other:
+        service = store.service
+        cid = service.start(title="race")
+        save = store.repository.save
+        raced = []
+
+        def save_after_another_writer(conversation: Conversation) -> None:
+            if not raced:
+                raced.append(other.service.append(cid, [ContextInjected(source="x", text="y")]))
+            save(conversation)
+
+        store.repository.save = save_after_another_writer  # type: ignore[method-assign]
+        assert service.relabel(cid, add=["won"]).changed
+        names = [type(e).__name__ for e in service.events(cid)]
+        assert names == ["Started", "ContextInjected", "Relabelled"]
+        assert len(raced) == 1
+        assert other.service.get(cid).state.labels == ("won",)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(steps=changes)
+def test_label_changes_through_the_store_equal_a_set_model(
+    store: Store, steps: list[tuple[list[str], list[str]]]
+) -> None:
+    """Through the service on each backend: the state, the catalogue's row (its label
+    filter) and the portable reading all hold the set model's labels."""
+    service = store.service
+    cid = service.start(title="property")
+    model: set[str] = set()
+    for add, remove in steps:
+        if set(add) & set(remove) or not (add or remove):
+            continue
+        outcome = service.relabel(cid, add=add, remove=remove)
+        new = (model | set(add)) - set(remove)
+        assert outcome.changed == (new != model)
+        model = new
+    assert set(service.get(cid).state.labels) == model
+    assert set(portable.load(service, cid).labels) == model
+    for name in ("a", "ünï"):
+        listed = {s.id for s in service.list(limit=1000, where=ConversationFilter(labels=(name,)))}
+        assert (cid in listed) == (name in model)
