@@ -44,6 +44,8 @@ Tables (in the events' database; SQLite file or PostgreSQL schema):
   (a copy completing one cut short, `domain.attempts`), the turn its rows belong to: the
   first attempt's, where every reading places it. When that attempt starts, the rows of
   the earlier attempts are deleted, so search finds each response once, as it reads.
+- `search_titles (conversation_id, low, high)`: the ids of each conversation's title rows,
+  so a Retitled deletes them by key, never by scanning the rows.
 - the store's `tracking` table: the projection's position, under the name `search`.
 
 Ranking: bm25 on SQLite, `ts_rank` on PostgreSQL; ties by index order.
@@ -264,6 +266,20 @@ Row = tuple[int, UUID, int, str | None, str, str]
 """One index row: id, conversation, version, turn, kind, body."""
 
 
+def _rows(
+    position: int, event: Indexed, turn: str | None, found: list[tuple[str, str]]
+) -> list[Row]:
+    """The index rows of an event's pieces, at most PIECES of them."""
+    rows: list[Row] = []
+    key = position * PIECES
+    for kind, text in found:
+        for chunk in chunks(_storable(text)):
+            if key < (position + 1) * PIECES:
+                rows.append((key, event.originator_id, event.originator_version, turn, kind, chunk))
+            key += 1
+    return rows
+
+
 # --- hits ---------------------------------------------------------------------------------------
 
 
@@ -302,7 +318,9 @@ class _Dialect(Protocol):
         self, cursor: Any, turns: dict[UUID, tuple[str | None] | None]
     ) -> None: ...
     def delete(self, cursor: Any, conversation: UUID, spans: list[tuple[int, int]]) -> None: ...
-    def delete_kind(self, cursor: Any, conversation: UUID, kind: str) -> None: ...
+    def delete_ids(self, cursor: Any, low: int, high: int) -> None: ...
+    def title_span(self, cursor: Any, conversation: UUID) -> tuple[int, int] | None: ...
+    def set_titles(self, cursor: Any, titles: dict[UUID, tuple[int, int] | None]) -> None: ...
     def search(self, cursor: Any, node: Node, limit: int) -> list[tuple[Row, float]]: ...
     def dump(self, cursor: Any) -> Iterator[bytes]: ...
 
@@ -318,6 +336,9 @@ _SQLITE_SCHEMA: Final = (
     " conversation_id BLOB PRIMARY KEY, turn_id TEXT NOT NULL) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS search_attempts ("
     " conversation_id BLOB PRIMARY KEY, turn_id TEXT) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS search_titles ("
+    " conversation_id BLOB PRIMARY KEY, low INTEGER NOT NULL, high INTEGER NOT NULL)"
+    " WITHOUT ROWID",
 )
 _SQLITE_SEARCH: Final = (
     "SELECT r.id, r.conversation_id, r.version, r.turn_id, r.kind, r.body, m.rank"
@@ -337,7 +358,13 @@ class _SQLite:
     def reset(self, cursor: Any) -> None:
         # Dropping frees the pages at once; deleting a million rows would hold the write
         # lock (and so every writer) far longer.
-        for table in ("search_rows", "search_fts", "search_turns", "search_attempts"):
+        for table in (
+            "search_rows",
+            "search_fts",
+            "search_turns",
+            "search_attempts",
+            "search_titles",
+        ):
             cursor.execute(f"DROP TABLE IF EXISTS {table}")
         self.setup(cursor)
 
@@ -379,11 +406,23 @@ class _SQLite:
                 (conversation.bytes, first, last),
             )
 
-    def delete_kind(self, cursor: Any, conversation: UUID, kind: str) -> None:
-        self._delete(
-            cursor,
-            " FROM search_rows WHERE conversation_id = ? AND kind = ?",
-            (conversation.bytes, kind),
+    def delete_ids(self, cursor: Any, low: int, high: int) -> None:
+        self._delete(cursor, " FROM search_rows WHERE id BETWEEN ? AND ?", (low, high))
+
+    def title_span(self, cursor: Any, conversation: UUID) -> tuple[int, int] | None:
+        row = cursor.execute(
+            "SELECT low, high FROM search_titles WHERE conversation_id = ?", (conversation.bytes,)
+        ).fetchone()
+        return None if row is None else (int(row[0]), int(row[1]))
+
+    def set_titles(self, cursor: Any, titles: dict[UUID, tuple[int, int] | None]) -> None:
+        cursor.executemany(
+            "DELETE FROM search_titles WHERE conversation_id = ?",
+            [(c.bytes,) for c, span in titles.items() if span is None],
+        )
+        cursor.executemany(
+            "INSERT OR REPLACE INTO search_titles VALUES (?, ?, ?)",
+            [(c.bytes, *span) for c, span in titles.items() if span is not None],
         )
 
     @staticmethod
@@ -429,6 +468,8 @@ class _SQLite:
             yield _encode(list(row))
         for row in cursor.execute("SELECT conversation_id, turn_id FROM search_turns ORDER BY 1"):
             yield _encode([UUID(bytes=row[0]), row[1]])
+        for row in cursor.execute("SELECT * FROM search_titles ORDER BY 1"):
+            yield _encode([UUID(bytes=row[0]), *row[1:]])
 
 
 GIN_PENDING_KB: Final = 1024
@@ -443,6 +484,8 @@ _POSTGRES_SCHEMA: Final = (
     "CREATE TABLE IF NOT EXISTS search_turns ("
     " conversation_id uuid PRIMARY KEY, turn_id text NOT NULL)",
     "CREATE TABLE IF NOT EXISTS search_attempts (conversation_id uuid PRIMARY KEY, turn_id text)",
+    "CREATE TABLE IF NOT EXISTS search_titles ("
+    " conversation_id uuid PRIMARY KEY, low bigint NOT NULL, high bigint NOT NULL)",
 )
 _POSTGRES_INSERT: Final = (
     "INSERT INTO search_rows SELECT i, c, v, t, k, b, to_tsvector('simple', f)"
@@ -464,7 +507,7 @@ class _Postgres:
             cursor.execute(statement)
 
     def reset(self, cursor: Any) -> None:
-        cursor.execute("TRUNCATE search_rows, search_turns, search_attempts")
+        cursor.execute("TRUNCATE search_rows, search_turns, search_attempts, search_titles")
 
     def turn(self, cursor: Any, conversation: UUID) -> str | None:
         row = cursor.execute(
@@ -510,11 +553,29 @@ class _Postgres:
                 (conversation, first, last),
             )
 
-    def delete_kind(self, cursor: Any, conversation: UUID, kind: str) -> None:
-        cursor.execute(
-            "DELETE FROM search_rows WHERE conversation_id = %s AND kind = %s",
-            (conversation, kind),
-        )
+    def delete_ids(self, cursor: Any, low: int, high: int) -> None:
+        cursor.execute("DELETE FROM search_rows WHERE id BETWEEN %s AND %s", (low, high))
+
+    def title_span(self, cursor: Any, conversation: UUID) -> tuple[int, int] | None:
+        row = cursor.execute(
+            "SELECT low, high FROM search_titles WHERE conversation_id = %s", (conversation,)
+        ).fetchone()
+        return None if row is None else (int(row[0]), int(row[1]))
+
+    def set_titles(self, cursor: Any, titles: dict[UUID, tuple[int, int] | None]) -> None:
+        gone = [c for c, span in titles.items() if span is None]
+        if gone:
+            cursor.execute(
+                "DELETE FROM search_titles WHERE conversation_id = ANY(%s::uuid[])", (gone,)
+            )
+        kept = [(c, span) for c, span in titles.items() if span is not None]
+        if kept:
+            cursor.execute(
+                "INSERT INTO search_titles SELECT * FROM unnest(%s::uuid[], %s::bigint[],"
+                " %s::bigint[]) ON CONFLICT (conversation_id) DO UPDATE"
+                " SET low = EXCLUDED.low, high = EXCLUDED.high",
+                ([c for c, _ in kept], [lo for _, (lo, _) in kept], [hi for _, (_, hi) in kept]),
+            )
 
     def insert(self, cursor: Any, rows: list[Row]) -> None:
         cursor.execute(
@@ -540,6 +601,8 @@ class _Postgres:
         ):
             yield _encode(list(row))
         for row in cursor.execute("SELECT conversation_id, turn_id FROM search_turns ORDER BY 1"):
+            yield _encode(list(row))
+        for row in cursor.execute("SELECT * FROM search_titles ORDER BY 1"):
             yield _encode(list(row))
 
 
@@ -591,6 +654,8 @@ class SearchIndex(TrackedProjection):
         attempts = dialect.attempt_turns(cursor)
         """Conversations whose open response is a later attempt → the turn it reads in."""
         attempts_changed: dict[UUID, tuple[str | None] | None] = {}
+        titles: dict[UUID, tuple[int, int] | None] = {}
+        """Conversations whose title rows this batch changed → their ids (None: none)."""
         for position, event in events:
             conversation = event.originator_id
             if event.type == "ResponseStarted" and event.attempt > 1:
@@ -603,8 +668,7 @@ class SearchIndex(TrackedProjection):
                 del attempts[conversation]
                 attempts_changed[conversation] = None
             if event.type == "Retitled":
-                dialect.delete_kind(cursor, conversation, TITLE)
-                rows = [r for r in rows if not (r[1] == conversation and r[4] == TITLE)]
+                rows = self._drop_title(cursor, conversation, titles, rows)
             found = pieces(event)
             if not found:
                 if event.type == "TurnStarted":
@@ -622,20 +686,38 @@ class SearchIndex(TrackedProjection):
                 turn = turns[conversation]
             else:
                 turn = turns[conversation] = dialect.turn(cursor, conversation)
-            key = position * PIECES
-            version = event.originator_version
-            for kind, text in found:
-                for chunk in chunks(_storable(text)):
-                    if key < (position + 1) * PIECES:
-                        rows.append((key, conversation, version, turn, kind, chunk))
-                    key += 1
+            rows.extend(new := _rows(position, event, turn, found))
+            if event.type in _RETITLES:  # its pieces are all title rows
+                titles[conversation] = (new[0][0], new[-1][0])
         if rows:
             dialect.insert(cursor, rows)
         if changed:
             dialect.set_turns(cursor, {c: turns[c] for c in changed})
         if attempts_changed:
             dialect.set_attempt_turns(cursor, attempts_changed)
+        if titles:
+            dialect.set_titles(cursor, titles)
         return len(rows)
+
+    def _drop_title(
+        self,
+        cursor: Any,
+        conversation: UUID,
+        titles: dict[UUID, tuple[int, int] | None],
+        rows: list[Row],
+    ) -> list[Row]:
+        """Delete the conversation's title rows, stored or among this batch's `rows`
+        (returned without them); `titles` then says it has none."""
+        if conversation in titles:
+            span = titles[conversation]
+        else:
+            span = self.dialect.title_span(cursor, conversation)
+        titles[conversation] = None
+        if span is None:
+            return rows
+        low, high = span
+        self.dialect.delete_ids(cursor, low, high)
+        return [r for r in rows if not low <= r[0] <= high]
 
     def _earlier_attempts(self, started: Indexed) -> tuple[str | None, list[tuple[int, int]]]:
         """The turn the first attempt of `started`'s response was in, and the versions
@@ -699,7 +781,8 @@ class SearchIndex(TrackedProjection):
         ]
 
     def dump(self) -> bytes:
-        """Every row, FTS entry and open turn in key order, one JSON array a line."""
+        """Every row, FTS entry, open turn and title span in key order, one JSON array a
+        line."""
         if not self._ensure_tables():
             return b""
         with self.recorder.view_reader() as cursor:
