@@ -63,15 +63,16 @@ def label_change(
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The change (added, removed) that adding `add` and removing `remove` makes to the
     labels `current`: adding a label already there, or removing one that is not, changes
-    nothing. Raises InvalidMetadata for an invalid label, or one both added and removed."""
+    nothing. Raises InvalidMetadata for an invalid label, or one both added and removed.
+    A label `current` holds can always be removed (a Started's labels were never checked)."""
+    have = set(current)
     adding = dict.fromkeys(map(label, add))
-    removing = dict.fromkeys(map(label, remove))
+    removing = dict.fromkeys(name if name in have else label(name) for name in remove)
     both = [name for name in adding if name in removing]
     if both:
         raise InvalidMetadata(
             f"the label {_shown(both[0])} is both added and removed: give it once"
         )
-    have = set(current)
     return (
         tuple(name for name in adding if name not in have),
         tuple(name for name in removing if name in have),

@@ -459,7 +459,7 @@ class ConversationService:
         changes nothing). Raises, nothing written: InvalidMetadata for a label that
         cannot be one or one both added and removed, and as `retitle` does."""
         add, remove = tuple(add), tuple(remove)
-        metadata.label_change((), add, remove)  # refuse bad labels before any read
+        metadata.label_change((), add, ())  # refuse a bad label to add before any read
 
         def draft(state: ConversationState) -> Event | None:
             added, removed = metadata.label_change(state.labels, add, remove)

@@ -114,6 +114,14 @@ def test_bad_metadata_is_refused_and_nothing_is_written(
     assert (state.title, state.labels) == ("kept", ("both",))
 
 
+def test_a_label_a_start_gave_unchecked_can_be_removed(store: Store) -> None:
+    service = store.service
+    cid = service.start(title="t", labels=["two words", "ok"])
+    assert service.relabel(cid, remove=["two words"]).labels == ("ok",)
+    with pytest.raises(InvalidMetadata):
+        service.relabel(cid, remove=["two words"])  # no longer there: checked, and invalid
+
+
 def test_an_empty_title_clears_it(store: Store) -> None:
     service = store.service
     cid = service.start(title="something")
