@@ -82,15 +82,7 @@ class ProviderPayload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
         """
         value = bytes(value).strip(JSON_WHITESPACE)
         check_json_document(value, what=f"{provider} {format} payload")
-        payload = cls(
-            provider=provider,
-            format=format,
-            version=version,
-            binding=binding or {},
-            value=msgspec.Raw(value),
-        )
-        _mark_checked(payload)
-        return payload
+        return cls.parsed(provider, format, value, version=version, binding=binding)
 
     @classmethod
     def parsed(

@@ -113,17 +113,22 @@ class CommitGroup(ABC):
         """Whether the shared transaction is still open on the connection."""
 
     @abstractmethod
-    def _savepoint(self) -> None: ...
+    def _execute(self, statement: str) -> None:
+        """Run one statement on the group's connection (the same SQL on both backends)."""
 
-    @abstractmethod
-    def _release(self) -> None: ...
+    def _savepoint(self) -> None:
+        self._execute("SAVEPOINT append")
 
-    @abstractmethod
+    def _release(self) -> None:
+        self._execute("RELEASE SAVEPOINT append")
+
     def _undo(self) -> None:
         """Roll back to the savepoint and release it: the append is gone, the rest stays."""
+        self._execute("ROLLBACK TO SAVEPOINT append")
+        self._execute("RELEASE SAVEPOINT append")
 
-    @abstractmethod
-    def _commit(self) -> None: ...
+    def _commit(self) -> None:
+        self._execute("COMMIT")
 
-    @abstractmethod
-    def _rollback(self) -> None: ...
+    def _rollback(self) -> None:
+        self._execute("ROLLBACK")

@@ -789,18 +789,5 @@ class _Group(CommitGroup):
         status = self.connection.info.transaction_status
         return status in (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 
-    def _savepoint(self) -> None:
-        self.connection.execute("SAVEPOINT append")
-
-    def _release(self) -> None:
-        self.connection.execute("RELEASE SAVEPOINT append")
-
-    def _undo(self) -> None:
-        self.connection.execute("ROLLBACK TO SAVEPOINT append")
-        self.connection.execute("RELEASE SAVEPOINT append")
-
-    def _commit(self) -> None:
-        self.connection.execute("COMMIT")
-
-    def _rollback(self) -> None:
-        self.connection.execute("ROLLBACK")
+    def _execute(self, statement: str) -> None:
+        self.connection.execute(statement)

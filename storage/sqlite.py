@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
+from functools import partial
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -335,30 +336,23 @@ class SQLiteRecorder(ConversationRecorder):
             topics = self._topic_ids_for(stored_events)
             connection = self._writer()
             group: _Group | None = getattr(self._local, "group", None)
+            write = partial(
+                self._statements,
+                connection,
+                stored_events,
+                topics,
+                snapshot=snapshot,
+                tracking=tracking,
+                responses=responses,
+                catalogue=catalogue,
+                ids=ids,
+            )
             if group is not None:
                 with group.append():
-                    return self._statements(
-                        connection,
-                        stored_events,
-                        topics,
-                        snapshot=snapshot,
-                        tracking=tracking,
-                        responses=responses,
-                        catalogue=catalogue,
-                        ids=ids,
-                    )
+                    return write()
             _begin(connection, self.busy_timeout_ms)
             try:
-                inserted = self._statements(
-                    connection,
-                    stored_events,
-                    topics,
-                    snapshot=snapshot,
-                    tracking=tracking,
-                    responses=responses,
-                    catalogue=catalogue,
-                    ids=ids,
-                )
+                inserted = write()
                 connection.execute("COMMIT")
             except BaseException:
                 if connection.in_transaction:
@@ -901,18 +895,5 @@ class _Group(CommitGroup):
     def _in_transaction(self) -> bool:
         return self.connection.in_transaction
 
-    def _savepoint(self) -> None:
-        self.connection.execute("SAVEPOINT append")
-
-    def _release(self) -> None:
-        self.connection.execute("RELEASE append")
-
-    def _undo(self) -> None:
-        self.connection.execute("ROLLBACK TO append")
-        self.connection.execute("RELEASE append")
-
-    def _commit(self) -> None:
-        self.connection.execute("COMMIT")
-
-    def _rollback(self) -> None:
-        self.connection.execute("ROLLBACK")
+    def _execute(self, statement: str) -> None:
+        self.connection.execute(statement)
