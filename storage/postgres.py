@@ -57,7 +57,7 @@ from convstore.storage.errors import (
     connection_lost,
     translating,
 )
-from convstore.storage.groups import GROUP_EVERY, GROUP_WITHIN, CommitGroup
+from convstore.storage.groups import CommitGroup
 from convstore.storage.migrations import MIGRATIONS, Migration
 from convstore.storage.recorder import (
     AppliedMigration,
@@ -388,34 +388,11 @@ class PostgresRecorder(ConversationRecorder):
         return sorted(row[0] for row in rows)
 
     @contextmanager
-    def grouped(
-        self,
-        *,
-        every: int = GROUP_EVERY,
-        within: float = GROUP_WITHIN,
-        lost: Callable[[], None] = lambda: None,
+    def _group(
+        self, *, every: int, within: float, lost: Callable[[], None]
     ) -> Iterator[CommitGroup]:
-        """This thread's appends committed together (see `storage.groups`): what is open
-        when the block ends is committed. The thread reads through the same connection,
-        so it reads what the group wrote."""
-        if getattr(self._local, "group", None) is not None:
-            raise RuntimeError("a group is already open on this thread")
-
-        def forget() -> None:
-            self._topic_ids.clear()  # a topic row inserted in the lost transaction is gone
-            self._topics.clear()
-            lost()
-
         with self._using() as connection:
-            group = _Group(connection, every=every, within=within, lost=forget)
-            self._local.group = group
-            try:
-                try:
-                    yield group
-                finally:
-                    group.commit()
-            finally:
-                self._local.group = None
+            yield _Group(connection, every=every, within=within, lost=lost)
 
     # --- reading ----------------------------------------------------------------------------
 

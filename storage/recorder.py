@@ -9,9 +9,10 @@ one transaction of the events' own database (`view_transaction`).
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 from uuid import UUID
 
@@ -96,12 +97,47 @@ class ConversationRecorder(ApplicationRecorder, TrackingRecorder, ABC):
         subclass ResponseTaken when a response's key is (nothing written either way).
         """
 
-    @abstractmethod
+    _local: threading.local
+    """Per thread: its connections, and its open commit group (`group`)."""
+    _topic_ids: dict[str, int]
+    _topics: dict[int, str]
+
+    @contextmanager
     def grouped(
-        self, *, every: int = GROUP_EVERY, within: float = GROUP_WITHIN, lost: Callable[[], None]
-    ) -> AbstractContextManager[CommitGroup]:
+        self,
+        *,
+        every: int = GROUP_EVERY,
+        within: float = GROUP_WITHIN,
+        lost: Callable[[], None] = lambda: None,
+    ) -> Iterator[CommitGroup]:
         """This thread's appends committed together, each in a savepoint of its own, until
-        the block ends (`storage.groups`); `lost` runs when a failed commit lost appends."""
+        the block ends (`storage.groups`): what is open then is committed, unless the block
+        raised out of an append that lost the transaction. While its transaction is open,
+        the thread reads what the group wrote. `lost` runs when a failed commit lost
+        appends (the topic caches are dropped then too)."""
+        if getattr(self._local, "group", None) is not None:
+            raise RuntimeError("a group is already open on this thread")
+
+        def forget() -> None:
+            self._topic_ids.clear()  # a topic row inserted in the lost transaction is gone
+            self._topics.clear()
+            lost()
+
+        with self._group(every=every, within=within, lost=forget) as group:
+            self._local.group = group
+            try:
+                try:
+                    yield group
+                finally:
+                    group.commit()
+            finally:
+                self._local.group = None
+
+    @abstractmethod
+    def _group(
+        self, *, every: int, within: float, lost: Callable[[], None]
+    ) -> AbstractContextManager[CommitGroup]:
+        """A new group on this thread's writing connection, its driver errors translated."""
 
     @abstractmethod
     def select_responses(self, provider: str, server: str, response_id: str) -> list[ResponseRow]:

@@ -37,7 +37,7 @@ from convstore.storage.errors import (
     translate,
     translating,
 )
-from convstore.storage.groups import GROUP_EVERY, GROUP_WITHIN, CommitGroup
+from convstore.storage.groups import CommitGroup
 from convstore.storage.migrations import MIGRATIONS, Migration
 from convstore.storage.recorder import (
     AppliedMigration,
@@ -402,35 +402,11 @@ class SQLiteRecorder(ConversationRecorder):
         return inserted
 
     @contextmanager
-    def grouped(
-        self,
-        *,
-        every: int = GROUP_EVERY,
-        within: float = GROUP_WITHIN,
-        lost: Callable[[], None] = lambda: None,
+    def _group(
+        self, *, every: int, within: float, lost: Callable[[], None]
     ) -> Iterator[CommitGroup]:
-        """This thread's appends committed together (see `storage.groups`): what is open
-        when the block ends is committed, unless the block raised out of an append that
-        lost the transaction. While the group is open, this thread reads through its
-        writer connection, so it reads what the group wrote."""
-        if getattr(self._local, "group", None) is not None:
-            raise RuntimeError("a group is already open on this thread")
-
-        def forget() -> None:
-            self._topic_ids.clear()  # a topic row inserted in the lost transaction is gone
-            self._topics.clear()
-            lost()
-
-        group = _Group(self._writer(), self.busy_timeout_ms, every, within, forget)
-        self._local.group = group
-        try:
-            with translating():
-                try:
-                    yield group
-                finally:
-                    group.commit()
-        finally:
-            self._local.group = None
+        with translating():
+            yield _Group(self._writer(), self.busy_timeout_ms, every, within, lost)
 
     @staticmethod
     def _insert(
