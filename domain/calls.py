@@ -61,11 +61,12 @@ def check_answerable(conversation: Conversation, call_id: str) -> None:
     """Raise, before anything is written, unless `call_id` is a client tool call of
     `conversation` without a result: UnknownToolCall (a hosted activity's id included:
     the provider ran it, it takes no result), ToolCallAlreadyAnswered."""
-    calls, activities = conversation.state.calls, conversation.state.activities
-    if call_id not in calls:
-        if call_id in activities:
+    answered = conversation.call_answered(call_id)
+    if answered is None:
+        activity = conversation.activity(call_id)
+        if activity is not None:
             raise UnknownToolCall(
-                f"{call_id!r} is a hosted activity ({activities[call_id].name}), which the "
+                f"{call_id!r} is a hosted activity ({activity.name}), which the "
                 "provider ran itself: it takes no result; nothing was written"
             )
         raise UnknownToolCall(
@@ -73,7 +74,7 @@ def check_answerable(conversation: Conversation, call_id: str) -> None:
             "was written (`convstore replay ID --to PROVIDER --dry-run` lists the calls "
             "without a result)"
         )
-    if calls[call_id]:
+    if answered:
         raise ToolCallAlreadyAnswered(
             f"tool call {call_id!r} already has a result; nothing was written"
         )

@@ -36,13 +36,12 @@ from convstore.domain.events import (
     UnknownArtifact,
     UserMessage,
 )
+from convstore.domain.settled import ActivityState, Settled, SettledItems, StoredResponse
 from convstore.domain.vocabulary import (
     TERMINAL,
     ActivityId,
     CallId,
     ConversationId,
-    EndState,
-    Lifecycle,
     ProviderPayload,
     ResponseId,
     TurnId,
@@ -66,37 +65,6 @@ class OpenResponse(msgspec.Struct, frozen=True, kw_only=True):
     the ids that copy recorded (`domain.copies` checked that it extends that copy)."""
 
 
-class StoredResponse(msgspec.Struct, frozen=True, kw_only=True, array_like=True, gc=False):
-    """What re-ingesting a response needs of the copy stored: its newest attempt."""
-
-    attempt: int = 1
-    version: int = 0
-    """The version of that attempt's ResponseStarted (0: stored in the conversation a fork
-    was forked from)."""
-    digest: str = ""
-    """Its content digest (empty while it is open, or when it was closed for its writer)."""
-    ended: EndState | None = None
-    """How it ended; None while it is open."""
-
-    @property
-    def cut(self) -> bool:
-        """Whether it is cut short (ended `abandoned`, or still open): a later copy may
-        complete it."""
-        return self.ended is None or self.ended == "abandoned"
-
-
-class ActivityState(msgspec.Struct, frozen=True, kw_only=True, array_like=True, gc=False):
-    """What the lifecycle invariant needs of one hosted activity.
-
-    Frozen, like OpenResponse: the appliers replace these, never change them, so copies of
-    a state (rollback, the repository's cache) may share them.
-    """
-
-    name: str
-    state: Lifecycle
-    provider: str = ""
-
-
 class ConversationState(msgspec.Struct, kw_only=True):
     """Everything the invariants need; snapshots encode exactly this."""
 
@@ -109,6 +77,10 @@ class ConversationState(msgspec.Struct, kw_only=True):
     calls: dict[str, bool] = {}
     """Client tool call id → answered."""
     activities: dict[str, ActivityState] = {}
+    settled_at: int = 0
+    """The version at which the three maps above last let their closed items go to the
+    store (`settle`), which answers for them through the `Settled` port; 0 while they
+    hold every item the conversation recorded."""
     counts: dict[str, int] = {}
     """Events recorded, by event type."""
     created_on: datetime | None = None
@@ -139,10 +111,13 @@ class Conversation:
         *,
         state: ConversationState | None = None,
         version: int = 0,
+        settled: Settled | None = None,
     ) -> None:
         self._id = conversation_id
         self._version = version
         self.state = state if state is not None else ConversationState()
+        self.settled = settled
+        """Answers for the items a settled state let go (`ConversationState.settled_at`)."""
         self._pending: list[Event] = []
         self._encoded: list[bytes] = []
         self.clock: Callable[[], datetime] = _now
@@ -286,9 +261,10 @@ class Conversation:
         *,
         state: ConversationState | None = None,
         version: int = 0,
+        settled: Settled | None = None,
     ) -> Conversation:
         """Fold stored events (after an optional snapshot) into an aggregate."""
-        conversation = cls(conversation_id, state=state, version=version)
+        conversation = cls(conversation_id, state=state, version=version, settled=settled)
         apply = conversation.apply
         for event in events:
             apply(event)
@@ -306,7 +282,7 @@ class Conversation:
             )
         if self._version == 0 and not isinstance(event, Started):
             raise errors.InvariantViolation("a conversation's first event must be Started")
-        _APPLY[type(event)](self.state, event)
+        _APPLY[type(event)](self.state, event, self.settled)
         state = self.state
         name = type(event).__name__
         state.counts[name] = state.counts.get(name, 0) + 1
@@ -332,6 +308,19 @@ class Conversation:
         """Client tool calls without a response, oldest first."""
         return [CallId(call) for call, answered in self.state.calls.items() if not answered]
 
+    def stored_response(self, response_id: str) -> StoredResponse | None:
+        """The newest attempt of response `response_id` recorded here, if any."""
+        return _response(self.state, response_id, self.settled)
+
+    def call_answered(self, call_id: str) -> bool | None:
+        """Whether client tool call `call_id` has a result; None when it was never
+        requested here."""
+        return _call(self.state, call_id, self.settled)
+
+    def activity(self, activity_id: str) -> ActivityState | None:
+        """Hosted activity `activity_id`'s state, if it was recorded here."""
+        return _activity(self.state, activity_id, self.settled)
+
     def pending_activities(self) -> dict[ActivityId, ActivityState]:
         """Hosted activities still `started`."""
         return {ActivityId(a): s for a, s in self.state.activities.items() if s.state == "started"}
@@ -339,7 +328,11 @@ class Conversation:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Conversation):
             return NotImplemented
-        return (self._id, self._version, self.state) == (other._id, other._version, other.state)
+        return (self._id, self._version, _kept(self.state)) == (
+            other._id,
+            other._version,
+            _kept(other.state),
+        )
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -363,10 +356,83 @@ def copy_state(state: ConversationState) -> ConversationState:
     )
 
 
+def settle(state: ConversationState, version: int) -> tuple[ConversationState, SettledItems]:
+    """The state as a snapshot taken at `version` keeps it, and the closed items it lets go
+    to the store (`domain.settled`): every response but the open one, answered calls,
+    activities that ended. What stays is what is open, so a snapshot's size follows the
+    open items, not the conversation's length."""
+    kept = _kept(state)
+    kept.settled_at = version
+    open_response = state.open_response
+    return kept, SettledItems(
+        responses={
+            rid: stored
+            for rid, stored in state.responses.items()
+            if open_response is None or rid != open_response.response_id
+        },
+        calls={call: True for call, answered in state.calls.items() if answered},
+        activities={a: s for a, s in state.activities.items() if s.state in TERMINAL},
+    )
+
+
+def _kept(state: ConversationState) -> ConversationState:
+    """The state without its closed items (what `settle` keeps), `settled_at` 0: two
+    conversations that recorded the same events keep the same."""
+    open_response = state.open_response
+    return msgspec.structs.replace(
+        state,
+        responses={}
+        if open_response is None
+        else {
+            rid: stored
+            for rid, stored in state.responses.items()
+            if rid == open_response.response_id
+        },
+        calls={call: False for call, answered in state.calls.items() if not answered},
+        activities={a: s for a, s in state.activities.items() if s.state not in TERMINAL},
+        counts=state.counts.copy(),
+        settled_at=0,
+    )
+
+
+def _port(settled: Settled | None) -> Settled:
+    if settled is None:
+        raise RuntimeError("a settled state needs the Settled port of the store it came from")
+    return settled
+
+
+def _response(
+    state: ConversationState, response_id: str, settled: Settled | None
+) -> StoredResponse | None:
+    known = state.responses.get(response_id)
+    if known is None and state.settled_at:
+        return _port(settled).response(response_id, state.settled_at)
+    return known
+
+
+def _call(state: ConversationState, call_id: str, settled: Settled | None) -> bool | None:
+    answered = state.calls.get(call_id)
+    if answered is None and state.settled_at:
+        return _port(settled).call(call_id, state.settled_at)
+    return answered
+
+
+def _activity(
+    state: ConversationState, activity_id: str, settled: Settled | None
+) -> ActivityState | None:
+    known = state.activities.get(activity_id)
+    if known is None and state.settled_at:
+        return _port(settled).activity(activity_id, state.settled_at)
+    return known
+
+
 def forked(state: ConversationState) -> ConversationState:
     """The state a fork starts from: its parent's at the fork point (open turn, calls,
     activities, responses, counts), as a chain of its own. Its parent's responses are
-    marked as stored in an ancestor (`StoredResponse.version` 0)."""
+    marked as stored in an ancestor (`StoredResponse.version` 0). `state` holds every
+    item (`settled_at` 0): it is folded from the parent's events."""
+    if state.settled_at:
+        raise errors.InvariantViolation("a fork starts from a state folded from its events")
     return msgspec.structs.replace(
         copy_state(state),
         head="",
@@ -421,7 +487,7 @@ def _inside_response(state: ConversationState, response_id: ResponseId | None, w
         )
 
 
-def _started(state: ConversationState, event: Started) -> None:
+def _started(state: ConversationState, event: Started, settled: Settled | None) -> None:
     if state.created_on is not None:
         raise errors.InvariantViolation("a conversation is started only once")
     state.created_on = event.timestamp
@@ -429,7 +495,7 @@ def _started(state: ConversationState, event: Started) -> None:
     state.labels = tuple(dict.fromkeys(event.labels))
 
 
-def _retitled(state: ConversationState, event: Retitled) -> None:
+def _retitled(state: ConversationState, event: Retitled, settled: Settled | None) -> None:
     _no_open_response(state, "a new title")
     if metadata.title(event.title) != event.title:
         raise errors.InvalidMetadata(f"the title {event.title!r} is not trimmed")
@@ -438,7 +504,7 @@ def _retitled(state: ConversationState, event: Retitled) -> None:
     state.title = event.title
 
 
-def _relabelled(state: ConversationState, event: Relabelled) -> None:
+def _relabelled(state: ConversationState, event: Relabelled, settled: Settled | None) -> None:
     _no_open_response(state, "a label change")
     added, removed = metadata.label_change(state.labels, event.added, event.removed)
     if (added, removed) != (event.added, event.removed) or not (added or removed):
@@ -449,7 +515,7 @@ def _relabelled(state: ConversationState, event: Relabelled) -> None:
     state.labels = metadata.relabelled(state.labels, added, removed)
 
 
-def _turn_started(state: ConversationState, event: TurnStarted) -> None:
+def _turn_started(state: ConversationState, event: TurnStarted, settled: Settled | None) -> None:
     if state.open_turn is not None:
         raise errors.TurnStateError(
             f"turn {event.turn_id!r} cannot start inside open turn {state.open_turn!r}"
@@ -458,7 +524,7 @@ def _turn_started(state: ConversationState, event: TurnStarted) -> None:
     state.open_turn = event.turn_id
 
 
-def _turn_ended(state: ConversationState, event: TurnEnded) -> None:
+def _turn_ended(state: ConversationState, event: TurnEnded, settled: Settled | None) -> None:
     if state.open_turn != event.turn_id:
         raise errors.TurnStateError(
             f"turn {event.turn_id!r} is not the open turn ({state.open_turn!r})"
@@ -467,13 +533,17 @@ def _turn_ended(state: ConversationState, event: TurnEnded) -> None:
     state.open_turn = None
 
 
-def _user_side(state: ConversationState, event: UserMessage | ContextInjected) -> None:
+def _user_side(
+    state: ConversationState, event: UserMessage | ContextInjected, settled: Settled | None
+) -> None:
     _no_open_response(state, type(event).__name__)
 
 
-def _response_started(state: ConversationState, event: ResponseStarted) -> None:
+def _response_started(
+    state: ConversationState, event: ResponseStarted, settled: Settled | None
+) -> None:
     _no_open_response(state, f"response {event.response_id!r}")
-    known = state.responses.get(event.response_id)
+    known = _response(state, event.response_id, settled)
     if known is None and event.attempt != 1:
         raise errors.InvariantViolation(
             f"attempt {event.attempt} of response {event.response_id!r}, which has no attempt 1"
@@ -496,7 +566,9 @@ def _response_started(state: ConversationState, event: ResponseStarted) -> None:
     )
 
 
-def _response_ended(state: ConversationState, event: ResponseEnded) -> None:
+def _response_ended(
+    state: ConversationState, event: ResponseEnded, settled: Settled | None
+) -> None:
     _inside_response(state, event.response_id, "ResponseEnded")
     state.open_response = None
     started = state.responses[event.response_id]
@@ -508,7 +580,9 @@ def _response_ended(state: ConversationState, event: ResponseEnded) -> None:
     )
 
 
-def _assistant_text(state: ConversationState, event: AssistantText) -> None:
+def _assistant_text(
+    state: ConversationState, event: AssistantText, settled: Settled | None
+) -> None:
     _inside_response(state, event.response_id, "AssistantText")
     length = len(event.text)
     for attribution in event.attributions:
@@ -519,13 +593,15 @@ def _assistant_text(state: ConversationState, event: AssistantText) -> None:
             )
 
 
-def _reasoning(state: ConversationState, event: Reasoning) -> None:
+def _reasoning(state: ConversationState, event: Reasoning, settled: Settled | None) -> None:
     _inside_response(state, event.response_id, "Reasoning")
 
 
-def _tool_call_requested(state: ConversationState, event: ToolCallRequested) -> None:
+def _tool_call_requested(
+    state: ConversationState, event: ToolCallRequested, settled: Settled | None
+) -> None:
     _inside_response(state, event.response_id, "ToolCallRequested")
-    answered = state.calls.get(event.call_id)
+    answered = _call(state, event.call_id, settled)
     if answered is not None:
         if _again(state):
             return  # requested again by the copy completing the one cut short
@@ -533,9 +609,11 @@ def _tool_call_requested(state: ConversationState, event: ToolCallRequested) -> 
     state.calls[event.call_id] = False
 
 
-def _tool_call_responded(state: ConversationState, event: ToolCallResponded) -> None:
+def _tool_call_responded(
+    state: ConversationState, event: ToolCallResponded, settled: Settled | None
+) -> None:
     _no_open_response(state, f"a result for tool call {event.call_id!r}")
-    answered = state.calls.get(event.call_id)
+    answered = _call(state, event.call_id, settled)
     if answered is None:
         raise errors.UnknownToolCall(f"no tool call {event.call_id!r} was requested")
     if answered:
@@ -543,14 +621,16 @@ def _tool_call_responded(state: ConversationState, event: ToolCallResponded) -> 
     state.calls[event.call_id] = True
 
 
-def _hosted_activity(state: ConversationState, event: HostedActivity) -> None:
+def _hosted_activity(
+    state: ConversationState, event: HostedActivity, settled: Settled | None
+) -> None:
     if event.response_id is not None:
         _inside_response(state, event.response_id, "HostedActivity")
     elif event.state != "abandoned":
         raise errors.ResponseNotOpen(
             f"activity {event.activity_id!r}: only an abandonment is recorded outside a response"
         )
-    known = state.activities.get(event.activity_id)
+    known = _activity(state, event.activity_id, settled)
     if known is not None and event.state == "started" and _again(state):
         known = None  # started again by the copy completing the one cut short
     if known is None:
@@ -583,12 +663,14 @@ def _again(state: ConversationState) -> bool:
     return state.open_response is not None and state.open_response.attempt > 1
 
 
-def _unknown_artifact(state: ConversationState, event: UnknownArtifact) -> None:
+def _unknown_artifact(
+    state: ConversationState, event: UnknownArtifact, settled: Settled | None
+) -> None:
     if event.response_id is not None:
         _inside_response(state, event.response_id, "UnknownArtifact")
 
 
-_APPLY: dict[type[Event], Callable[[ConversationState, Any], None]] = {
+_APPLY: dict[type[Event], Callable[[ConversationState, Any, Settled | None], None]] = {
     Started: _started,
     TurnStarted: _turn_started,
     TurnEnded: _turn_ended,

@@ -27,10 +27,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import NoReturn
 
-from convstore.domain.conversation import StoredResponse
 from convstore.domain.digests import digest_for, same_response, same_start
 from convstore.domain.errors import ResponseConflict
 from convstore.domain.events import Event, ResponseEnded, ResponseStarted
+from convstore.domain.settled import StoredResponse
 
 __all__ = ["judge_copy"]
 

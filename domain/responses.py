@@ -94,7 +94,7 @@ class ResponseRecorder:
             raise DecodeError("the input holds no response: it ends before the response starts")
         response_id = started.response_id
         attempt = 1
-        stored = self.conversation.state.responses.get(response_id)
+        stored = self.conversation.stored_response(response_id)
         if stored is not None:
             # Version 0: stored in the conversation a fork came from, not readable here.
             copy = self.stored_events(stored.version) if stored.version else ()

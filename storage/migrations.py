@@ -11,8 +11,9 @@ the schema it holds. The rules, as well-kept SQLite tools have them:
   in a transaction of its own (its statements and its `migrations` row commit together),
   re-checked under the lock so concurrent writers apply each exactly once.
 - **A reader never migrates.** A read-only reader reads a store that lacks only
-  migrations that say readers can do without them (`readable_without`: `0002_responses`
-  and `0003_catalogue` each add a table the reader does without); otherwise it refuses,
+  migrations that say readers can do without them (`readable_without`: `0002_responses`,
+  `0003_catalogue` and `0004_settled` each add a table the reader does without); otherwise
+  it refuses,
   naming the migrations and `convstore migrate`.
 - **A newer store is refused.** A store that has applied a migration this version does not
   know (or another history) was written by a newer convstore: it is refused by name,
@@ -320,6 +321,19 @@ _CATALOGUE_POSTGRES: Final = (
     "  END IF;\n" + _APPEND_TAIL,
 )
 
+_SETTLED_SQLITE: Final = (
+    "CREATE TABLE IF NOT EXISTS settled ("
+    " originator_id BLOB NOT NULL, key TEXT NOT NULL, version INTEGER NOT NULL,"
+    " value BLOB NOT NULL, PRIMARY KEY (originator_id, key, version)) WITHOUT ROWID",
+)
+_SETTLED_POSTGRES: Final = (
+    "CREATE TABLE IF NOT EXISTS {s}.settled ("
+    " originator_id uuid NOT NULL, key text NOT NULL, version bigint NOT NULL,"
+    " value bytea NOT NULL, PRIMARY KEY (originator_id, key, version))",
+)
+"""The items a snapshot's state let go (`domain.settled`), at the snapshot's version. The
+table starts empty: a conversation's snapshots written before it hold every item."""
+
 MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration("0001_initial", sqlite=_INITIAL_SQLITE, postgres=_INITIAL_POSTGRES),
     Migration(
@@ -332,6 +346,13 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         "0003_catalogue",
         sqlite=_CATALOGUE_SQLITE,
         postgres=_CATALOGUE_POSTGRES,
+        readable_without=True,
+    ),
+    # Readable without: a store lacking it holds no settled snapshot to look items up for.
+    Migration(
+        "0004_settled",
+        sqlite=_SETTLED_SQLITE,
+        postgres=_SETTLED_POSTGRES,
         readable_without=True,
     ),
 )

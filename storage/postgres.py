@@ -364,28 +364,40 @@ class PostgresRecorder(ConversationRecorder):
         group: _Group | None = getattr(self._local, "group", None)
         with self._using() as connection, group.append() if group else nullcontext():
             topics = self._topic_ids_for(connection, [s.topic for s in stored_events])
-            rows = connection.execute(
-                self._sql["append"],
-                (
-                    [_uuid(s.originator_id) for s in stored_events],
-                    [s.originator_version for s in stored_events],
-                    topics,
-                    [s.state for s in stored_events],
-                    None if snapshot is None else snapshot.originator_id,
-                    None if snapshot is None else snapshot.version,
-                    None if snapshot is None else snapshot.state,
-                    None if tracking is None else tracking.application_name,
-                    None if tracking is None else tracking.notification_id,
-                    [r.provider for r in responses],
-                    [r.server for r in responses],
-                    [r.response_id for r in responses],
-                    [r.attempt for r in responses],
-                    [r.originator_id for r in responses],
-                    [r.originator_version for r in responses],
-                    *_catalogue_params(catalogue),
-                ),
-            ).fetchall()
-        return sorted(row[0] for row in rows)
+            params = (
+                [_uuid(s.originator_id) for s in stored_events],
+                [s.originator_version for s in stored_events],
+                topics,
+                [s.state for s in stored_events],
+                None if snapshot is None else snapshot.originator_id,
+                None if snapshot is None else snapshot.version,
+                None if snapshot is None else snapshot.state,
+                None if tracking is None else tracking.application_name,
+                None if tracking is None else tracking.notification_id,
+                [r.provider for r in responses],
+                [r.server for r in responses],
+                [r.response_id for r in responses],
+                [r.attempt for r in responses],
+                [r.originator_id for r in responses],
+                [r.originator_version for r in responses],
+                *_catalogue_params(catalogue),
+            )
+            if snapshot is None or not snapshot.settled:  # one implicit transaction
+                rows = connection.execute(self._sql["append"], params).fetchall()
+                return sorted(row[0] for row in rows)
+            # The settled items join the append's transaction (the group's, in a group).
+            with nullcontext() if group else connection.transaction():
+                rows = connection.execute(self._sql["append"], params).fetchall()
+                connection.execute(
+                    self._sql["insert_settled"],
+                    (
+                        snapshot.originator_id,
+                        snapshot.version,
+                        [key for key, _ in snapshot.settled],
+                        [value for _, value in snapshot.settled],
+                    ),
+                )
+            return sorted(row[0] for row in rows)
 
     @contextmanager
     def _group(
@@ -424,6 +436,11 @@ class PostgresRecorder(ConversationRecorder):
             return []
         rows = self._fetch(self._sql["responses"], (provider, server, response_id))
         return [ResponseRow(provider, server, response_id, *row) for row in rows]
+
+    def select_settled(self, originator_id: UUID, key: str, upto: int) -> bytes | None:
+        """The value of a settled item as of version `upto`: the newest at or before it."""
+        rows = self._fetch(self._sql["settled"], (originator_id, key, upto))
+        return bytes(rows[0][0]) if rows else None
 
     def select_snapshot(self, originator_id: UUID) -> SnapshotRecord | None:
         """The conversation's snapshot, if one was taken."""
@@ -641,6 +658,10 @@ _STATEMENTS = {
     "states": "SELECT originator_version, state FROM {s}.events"
     " WHERE originator_id = %s AND originator_version > %s ORDER BY originator_version",
     "snapshot": "SELECT version, state FROM {s}.snapshots WHERE originator_id = %s",
+    "insert_settled": "INSERT INTO {s}.settled SELECT %s, u.key, %s, u.value"
+    " FROM unnest(%s::text[], %s::bytea[]) AS u(key, value)",
+    "settled": "SELECT value FROM {s}.settled WHERE originator_id = %s AND key = %s"
+    " AND version <= %s ORDER BY version DESC LIMIT 1",
     "first_events": "SELECT f.originator_id, f.state,"
     " (SELECT max(e.originator_version) FROM {s}.events e WHERE e.originator_id = f.originator_id)"
     " FROM {s}.events f WHERE f.originator_version = 1 ORDER BY f.id LIMIT %s OFFSET %s",

@@ -30,6 +30,9 @@ class SnapshotRecord(msgspec.Struct, frozen=True):
     originator_id: UUID
     version: int
     state: bytes
+    settled: Sequence[tuple[str, bytes]] = ()
+    """(key, value) of each item the state let go (`domain.settled`), written to the
+    `settled` table at `version`, in the snapshot's transaction."""
 
 
 class FirstEvent(msgspec.Struct, frozen=True):
@@ -147,6 +150,10 @@ class ConversationRecorder(ApplicationRecorder, TrackingRecorder, ABC):
     @abstractmethod
     def select_states(self, originator_id: UUID, *, gt: int = 0) -> list[tuple[int, bytes]]:
         """(version, stored bytes) of one conversation's events after version `gt`, in order."""
+
+    @abstractmethod
+    def select_settled(self, originator_id: UUID, key: str, upto: int) -> bytes | None:
+        """The value of a settled item as of version `upto`: the newest at or before it."""
 
     @abstractmethod
     def select_snapshot(self, originator_id: UUID) -> SnapshotRecord | None:

@@ -33,11 +33,11 @@ from uuid import UUID
 import msgspec
 
 from convstore.domain.conversation import (
-    ActivityState,
     Conversation,
     ConversationState,
     copy_state,
     forked,
+    settle,
 )
 from convstore.domain.errors import (
     ConcurrencyConflict,
@@ -47,6 +47,7 @@ from convstore.domain.errors import (
 from convstore.domain.errors import IntegrityError as UnreadableEvent
 from convstore.domain.events import EPOCH, Event, ResponseStarted, Started
 from convstore.domain.service import ConversationFilter, ConversationSummary
+from convstore.domain.settled import ActivityState, SettledItems, StoredResponse
 from convstore.domain.vocabulary import ConversationId
 from convstore.storage.catalogue import (
     TURN_STARTED,
@@ -73,12 +74,13 @@ DEFAULT_CACHE_ENTRIES = 250_000
 (about 200 bytes each: a 10,000-event conversation holds some 2,000)."""
 
 
-class _Snapshot(msgspec.Struct, array_like=True, tag=4):
+class _Snapshot(msgspec.Struct, array_like=True, tag=5):
     """A snapshot's layout: the state without its activities, then the activities.
 
-    Tag 4 since the state keeps the current title and labels (tag 3: since it keeps each
-    response's attempt). A snapshot of an earlier tag lacks what the state now keeps, so
-    it is passed over, and its conversation replayed from its events once."""
+    Tag 5 since the state is settled (`domain.conversation.settle`: it keeps only the
+    open items, the store's `settled` table the rest); tag 4 since it keeps the current
+    title and labels, tag 3 each response's attempt. A snapshot of an earlier tag is
+    passed over, and its conversation replayed from its events until the next snapshot."""
 
     state: ConversationState
     """Every field but `activities`, which is empty here."""
@@ -131,6 +133,47 @@ def decode_snapshot(data: bytes) -> ConversationState | None:
     return state
 
 
+_encode_value = msgspec.msgpack.Encoder().encode
+_decode_response = msgspec.msgpack.Decoder(StoredResponse).decode
+_decode_call = msgspec.msgpack.Decoder(bool).decode
+_decode_activity = msgspec.msgpack.Decoder(ActivityState).decode
+
+
+def settled_rows(items: SettledItems) -> list[tuple[str, bytes]]:
+    """The `settled` table's (key, value) of each item a state let go: the key is the
+    item's kind (`r`esponse, `c`all, `a`ctivity) then its id."""
+    return [
+        *((f"r{rid}", _encode_value(stored)) for rid, stored in items.responses.items()),
+        *((f"c{call}", _encode_value(answered)) for call, answered in items.calls.items()),
+        *((f"a{a}", _encode_value(state)) for a, state in items.activities.items()),
+    ]
+
+
+class StoreSettled:
+    """The `Settled` port over one conversation's rows of the store's `settled` table."""
+
+    __slots__ = ("_id", "_recorder")
+
+    def __init__(self, recorder: ConversationRecorder, conversation_id: ConversationId) -> None:
+        self._recorder = recorder
+        self._id = conversation_id
+
+    def response(self, response_id: str, upto: int) -> StoredResponse | None:
+        """The newest attempt of a settled response."""
+        value = self._recorder.select_settled(self._id, f"r{response_id}", upto)
+        return None if value is None else _decode_response(value)
+
+    def call(self, call_id: str, upto: int) -> bool | None:
+        """Whether a settled client tool call was answered."""
+        value = self._recorder.select_settled(self._id, f"c{call_id}", upto)
+        return None if value is None else _decode_call(value)
+
+    def activity(self, activity_id: str, upto: int) -> ActivityState | None:
+        """A settled hosted activity's final state."""
+        value = self._recorder.select_settled(self._id, f"a{activity_id}", upto)
+        return None if value is None else _decode_activity(value)
+
+
 class _Cached(NamedTuple):
     version: int
     state: ConversationState
@@ -180,6 +223,7 @@ class EventRepository:
                     map(self.mapper.decode, (state for _, state in after)),
                     state=copy_state(cached_state),
                     version=cached_version,
+                    settled=StoreSettled(self.recorder, conversation_id),
                 )
                 if after:
                     self._remember(conversation)
@@ -196,7 +240,11 @@ class EventRepository:
         # A generator, not a list: each event is dropped once applied, so replay's peak
         # memory is the rows plus one event, not the rows plus every decoded event.
         conversation = Conversation.replay(
-            conversation_id, (decode(state) for _, state in rows), state=state, version=version
+            conversation_id,
+            (decode(state) for _, state in rows),
+            state=state,
+            version=version,
+            settled=StoreSettled(self.recorder, conversation_id),
         )
         if self.cache_size:
             self._remember(conversation)
@@ -235,11 +283,12 @@ class EventRepository:
             return
         stored = list(map(self.mapper.stored, events, conversation.encoded))
         responses = [_row(e) for e in events if type(e) is ResponseStarted and _indexed(e)]
-        snapshot = None
+        snapshot = kept = None
         every = self.snapshot_every
         if every and conversation.version // every > (conversation.version - len(stored)) // every:
+            kept, items = settle(conversation.state, conversation.version)
             snapshot = SnapshotRecord(
-                conversation.id, conversation.version, encode_snapshot(conversation.state)
+                conversation.id, conversation.version, encode_snapshot(kept), settled_rows(items)
             )
         try:
             self.recorder.append(
@@ -254,7 +303,7 @@ class EventRepository:
             ) from None
         conversation.collect_events()
         if self.cache_size:
-            self._remember(conversation)
+            self._remember(conversation, kept)
 
     def locate(self, started: ResponseStarted) -> ConversationId | None:
         """The conversation holding the provider response `started` opens, if any."""
@@ -296,9 +345,12 @@ class EventRepository:
             self._cache.move_to_end(conversation_id)
             return cached.version, cached.state
 
-    def _remember(self, conversation: Conversation) -> None:
-        """Keep a copy of a conversation's state as stored (it holds no pending events)."""
-        state = copy_state(conversation.state)
+    def _remember(
+        self, conversation: Conversation, settled: ConversationState | None = None
+    ) -> None:
+        """Keep a copy of a conversation's state as stored (it holds no pending events),
+        or the `settled` form of it its snapshot just stored."""
+        state = copy_state(conversation.state) if settled is None else settled
         entry = _Cached(
             conversation.version,
             state,

@@ -393,10 +393,17 @@ class SQLiteRecorder(ConversationRecorder):
         inserted = self._insert(connection, stored_events, topics, ids=ids)
         _catalogue(connection, stored_events, catalogue)
         if snapshot is not None:
+            key = snapshot.originator_id.bytes
             connection.execute(
                 "INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?)",
-                (snapshot.originator_id.bytes, snapshot.version, snapshot.state),
+                (key, snapshot.version, snapshot.state),
             )
+            if snapshot.settled:
+                version = snapshot.version
+                connection.executemany(
+                    "INSERT INTO settled VALUES (?, ?, ?, ?)",
+                    [(key, item, version, value) for item, value in snapshot.settled],
+                )
         if tracking is not None:
             self._insert_tracking(connection, tracking)
         return inserted
@@ -471,6 +478,20 @@ class SQLiteRecorder(ConversationRecorder):
             ResponseRow(provider, server, response_id, attempt, UUID(bytes=key), version)
             for attempt, key, version in rows
         ]
+
+    def select_settled(self, originator_id: UUID, key: str, upto: int) -> bytes | None:
+        """The value of a settled item as of version `upto`: the newest at or before it."""
+        with translating():
+            row = (
+                self._connection()
+                .execute(
+                    "SELECT value FROM settled WHERE originator_id = ? AND key = ?"
+                    " AND version <= ? ORDER BY version DESC LIMIT 1",
+                    (originator_id.bytes, key, upto),
+                )
+                .fetchone()
+            )
+        return None if row is None else bytes(row[0])
 
     def select_snapshot(self, originator_id: UUID) -> SnapshotRecord | None:
         """The conversation's snapshot, if one was taken."""

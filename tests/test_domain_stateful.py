@@ -777,12 +777,16 @@ class ConversationMachine(RuleBasedStateMachine):
         assert state.open_turn == self.model.turn
         open_id = state.open_response.response_id if state.open_response else None
         assert open_id == self.model.response
-        assert set(state.responses) == self.model.responses
-        assert self.conversation.open_calls() == self.model.open_calls()
-        assert set(self.conversation.pending_activities()) == set(self.model.pending_activities())
-        assert {a: (s.name, s.state) for a, s in state.activities.items()} == (
-            self.model.activities
-        )
+        # A settled state keeps only the open items; the lookups see the settled ones too.
+        conversation = self.conversation
+        assert set(state.responses) <= self.model.responses
+        assert all(conversation.stored_response(r) for r in self.model.responses)
+        assert conversation.open_calls() == self.model.open_calls()
+        assert {c: conversation.call_answered(c) for c in self.model.calls} == self.model.calls
+        assert set(conversation.pending_activities()) == set(self.model.pending_activities())
+        assert set(state.activities) <= set(self.model.activities)
+        recorded = {a: conversation.activity(a) for a in self.model.activities}
+        assert {a: (s.name, s.state) for a, s in recorded.items() if s} == self.model.activities
         assert state.title == self.model.title
         assert set(state.labels) == self.model.labels
         assert len(state.labels) == len(self.model.labels)

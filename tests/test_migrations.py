@@ -44,19 +44,20 @@ RELEASED = {
     "0001_initial": "dcca6ebf4b72b3b428896f744753a6b525bd96a9f3c5e7d962ec8d61ca318bc1",
     "0002_responses": "c9be8a414742de148fad328d9fa61101cbb49b7edb260df3dc614cd9a35f4fd7",
     "0003_catalogue": "65e04241f350e983893185fe3621037d650662c00d0d168ba59d31a5a1830671",
+    "0004_settled": "1b76f8d5bb3b58c37bc760e22b432c5593344650dc6adae6576bf5e3c000a737",
 }
 """Every released migration's name and the SHA-256 of its statements: editing one that
 was released is refused here; a correction is a new migration."""
 
 NOTES = Migration(
-    "0004_test_notes",
+    "0104_test_notes",
     sqlite=("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL)",),
     postgres=("CREATE TABLE {s}.notes (id bigint PRIMARY KEY, body text NOT NULL)",),
 )
 """A migration a reader needs (a table it would select from)."""
 
 NOTES_INDEX = Migration(
-    "0005_test_notes_index",
+    "0105_test_notes_index",
     sqlite=("CREATE INDEX notes_body ON notes (body)",),
     postgres=("CREATE INDEX notes_body ON {s}.notes (body)",),
     readable_without=True,
@@ -64,7 +65,7 @@ NOTES_INDEX = Migration(
 """A migration a reader can do without (an index)."""
 
 BROKEN = Migration(
-    "0005_test_broken",
+    "0105_test_broken",
     sqlite=("CREATE TABLE half (id INTEGER)", "INSERT INTO no_such_table VALUES (1)"),
     postgres=("CREATE TABLE {s}.half (id bigint)", "INSERT INTO {s}.no_such_table VALUES (1)"),
 )
@@ -186,7 +187,7 @@ def test_a_store_from_before_migrations_is_read_then_migrated(legacy_url: str) -
     assert _snapshot_of(legacy_url) == before
 
     with open_store(legacy_url) as writer:
-        assert writer.recorder.migrated == ("0001_initial", "0002_responses", "0003_catalogue")
+        assert writer.recorder.migrated == tuple(m.name for m in MIGRATIONS)
         assert _names(writer.recorder) == [m.name for m in MIGRATIONS]
         report = verify(writer)
         assert report.intact
@@ -254,7 +255,7 @@ def test_a_reader_reads_one_migration_behind_when_it_can(store_url: str) -> None
     reader.close()
     with pytest.raises(MigrationRequired) as refused:
         _recorder(store_url, read_only=True, known=(*MIGRATIONS, NOTES, NOTES_INDEX, BROKEN))
-    assert "0005_test_notes_index, 0005_test_broken" in str(refused.value)
+    assert "0105_test_notes_index, 0105_test_broken" in str(refused.value)
     assert "convstore --db URL migrate" in str(refused.value)
     assert _snapshot_of(store_url) == before
 
@@ -262,7 +263,7 @@ def test_a_reader_reads_one_migration_behind_when_it_can(store_url: str) -> None
 def test_a_reader_refuses_a_store_that_needs_a_migration(store_url: str) -> None:
     _recorder(store_url).close()
     before = _snapshot_of(store_url)
-    with pytest.raises(MigrationRequired, match=r"needs migration 0004_test_notes, .*migrate"):
+    with pytest.raises(MigrationRequired, match=r"needs migration 0104_test_notes, .*migrate"):
         _recorder(store_url, read_only=True, known=(*MIGRATIONS, NOTES))
     assert _snapshot_of(store_url) == before
 
@@ -291,7 +292,7 @@ def test_a_store_written_by_a_newer_version_is_refused_by_name(
 ) -> None:
     _recorder(store_url, known=(*MIGRATIONS, NOTES)).close()
     before = _snapshot_of(store_url)
-    with pytest.raises(NewerSchema, match=r"'0004_test_notes'.*newer convstore"):
+    with pytest.raises(NewerSchema, match=r"'0104_test_notes'.*newer convstore"):
         _recorder(store_url, read_only=read_only)
     assert _snapshot_of(store_url) == before
 
@@ -302,7 +303,7 @@ def test_the_command_line_refuses_a_newer_store(
     _recorder(store_url, known=(*MIGRATIONS, NOTES)).close()
     assert cli.main(["--db", store_url, "list"]) == 2
     err = capsys.readouterr().err
-    assert "0004_test_notes" in err and "upgrade convstore" in err
+    assert "0104_test_notes" in err and "upgrade convstore" in err
     assert len(err.strip().splitlines()) == 1
 
 
@@ -314,10 +315,10 @@ def test_convstore_migrate_applies_in_place(
 ) -> None:
     assert cli.main(["--db", legacy_url, "migrate", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["applied"] == ["0001_initial", "0002_responses", "0003_catalogue"]
+    assert report["applied"] == [m.name for m in MIGRATIONS]
     assert [m["name"] for m in report["migrations"]] == [m.name for m in MIGRATIONS]
     assert cli.main(["--db", legacy_url, "migrate"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("up to date: 3 migrations, latest 0003_catalogue")
+    assert out.startswith(f"up to date: {len(MIGRATIONS)} migrations, latest {MIGRATIONS[-1].name}")
     with open_store(legacy_url, read_only=True) as reader:
         assert _names(reader.recorder) == [m.name for m in MIGRATIONS]

@@ -23,6 +23,7 @@ from convstore.adapters.cli import main as cli
 from convstore.domain import ResponseStarted, parse_conversation_id
 from convstore.domain.errors import ResponseStoredElsewhere
 from convstore.storage import open_store
+from convstore.storage.migrations import MIGRATIONS
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "anthropic" / "web_search_citations"
 CAPTURE = EXAMPLE / "1.response.sse"
@@ -132,10 +133,11 @@ def test_the_migration_indexes_the_first_copy_and_audit_lists_the_others(
         store_url,
         "DROP TABLE responses",
         "DROP TABLE catalogue",
-        "DELETE FROM migrations WHERE name IN ('0002_responses', '0003_catalogue')",
+        "DROP TABLE settled",
+        "DELETE FROM migrations WHERE name <> '0001_initial'",
     )
     with open_store(store_url) as store:
-        assert store.recorder.migrated == ("0002_responses", "0003_catalogue")
+        assert store.recorder.migrated == tuple(m.name for m in MIGRATIONS[1:])
     report = _audit(store_url, second)
     [duplicate] = report["duplicates"]
     assert (duplicate["stored_in"], duplicate["attempt"]) == (first, 1)
