@@ -28,6 +28,7 @@ from benchmarks.common import Figure, Sizes, render_table
 FAMILIES: dict[str, Callable[[Sizes, Path], list[Figure]]] = {
     "append": storage.append_figures,
     "replay": storage.replay_figures,
+    "growth": storage.growth_figures,
     "mapper": lambda sizes, _folder: mapper.mapper_figures(sizes),
     "postgres": lambda sizes, _folder: postgres.postgres_figures(sizes),
     "search": search.search_figures,

@@ -14,7 +14,7 @@ one transaction:
 
 Then, informative (no target), `fresh` takes turns with a raw insert into a table of its
 own: `store.service.append` through a repository without a cache (`cache_size=0`), whose
-every load reads the newest snapshot and the 0..499 events after it (what one CLI command
+every load reads the newest snapshot and the 0..99 events after it (what one CLI command
 pays for its first load, besides starting Python). It runs apart so its replays, which
 churn through memory, leave the caches of the three above as they were.
 """
@@ -34,7 +34,7 @@ from convstore.storage.mapper import EventMapper
 
 P = TypeVar("P")
 
-SNAPSHOT_EVERY = 500
+SNAPSHOT_EVERY = 100
 """The stores' snapshot interval (open_store's default)."""
 
 

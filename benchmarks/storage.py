@@ -4,8 +4,10 @@ Every baseline is plain `sqlite3` on an equivalent table (the `events` table con
 SQLite recorder creates: rowid, 16-byte conversation key, version, topic id, state blob,
 unique on (conversation, version), in a file of the same page size), with the same
 durability (WAL, `synchronous=FULL`, `BEGIN IMMEDIATE` … `COMMIT` per batch), fed the same
-encoded states. The databases go to `--dir` (default: a temporary folder): appends fsync,
-so the disk under it is part of every append figure.
+encoded states; the append baseline (1) also writes the rows convstore's lookup tables get
+(the response index and the catalogue, in tables made as its migrations make them). The
+databases go to `--dir` (default: a temporary folder): appends fsync, so the disk under it
+is part of every append figure.
 
 The replay figures (2, 4b) measure reading a conversation back from the store, so their
 stores keep no aggregate cache (`cache_size=0`): with one, a load of a conversation the
@@ -39,14 +41,66 @@ _RAW_SCHEMA = (
     " state BLOB NOT NULL,"
     " UNIQUE (originator_id, originator_version))",
     "CREATE INDEX events_first ON events (id) WHERE originator_version = 1",
+    # The store's lookup tables, as its migrations make them: the response index and the
+    # catalogue of conversations (with its two indexes).
+    "CREATE TABLE responses ("
+    " provider TEXT NOT NULL, server TEXT NOT NULL, response_id TEXT NOT NULL,"
+    " attempt INTEGER NOT NULL, originator_id BLOB NOT NULL, originator_version INTEGER NOT NULL,"
+    " PRIMARY KEY (provider, server, response_id, attempt)) WITHOUT ROWID",
+    "CREATE TABLE catalogue ("
+    " id BLOB PRIMARY KEY, position INTEGER NOT NULL, created_at TEXT, last_activity_at TEXT,"
+    " provider TEXT, model TEXT, turns INTEGER NOT NULL, events INTEGER NOT NULL, title TEXT,"
+    " labels TEXT, forked_from TEXT) WITHOUT ROWID",
+    "CREATE INDEX catalogue_position ON catalogue (position)",
+    "CREATE INDEX catalogue_created ON catalogue (created_at)",
 )
 _RAW_INSERT = (
     "INSERT INTO events (originator_id, originator_version, topic, state) VALUES (?, ?, ?, ?)"
+)
+_RAW_RESPONSE = "INSERT INTO responses VALUES (?, '', ?, 1, ?, ?)"
+_RAW_CATALOGUE_FIRST = (
+    "INSERT INTO catalogue (id, position, created_at, last_activity_at, turns, events)"
+    " VALUES (?, 1, ?, ?, 0, 1)"
+)
+_RAW_CATALOGUE = (
+    "UPDATE catalogue SET last_activity_at = ?, provider = ?, model = ?, events = ? WHERE id = ?"
 )
 _RAW_SELECT = (
     "SELECT originator_version, state FROM events WHERE originator_id = ?"
     " AND originator_version > ? ORDER BY originator_version"
 )
+
+
+RawBatch = tuple[
+    list[tuple[bytes, int, int, bytes]],
+    list[tuple[str, str, bytes, int]],
+    tuple[str, tuple[object, ...]],
+]
+"""One append's rows for the raw baseline: events, response index rows, and the catalogue
+statement with its parameters."""
+
+
+def raw_batch(rows: Sequence[append.Row], topics: dict[str, int]) -> RawBatch:
+    """The raw baseline's rows for the events convstore encoded as `rows` (prepared before
+    the timed section: the baseline times nothing but the driver)."""
+    key = rows[0].originator_id.bytes
+    responses = []
+    provider = model = None
+    stamp = ""
+    for row in rows:
+        state = orjson.loads(row.state)
+        stamp = state["timestamp"]
+        if row.topic.endswith(":ResponseStarted"):
+            provider, model = state["provider"], state.get("model")
+            responses.append((provider, state["response_id"], key, row.originator_version))
+    events = [(key, r.originator_version, topics[r.topic], r.state) for r in rows]
+    last = rows[-1].originator_version
+    catalogue = (
+        (_RAW_CATALOGUE_FIRST, (key, stamp, stamp))
+        if last == 1
+        else (_RAW_CATALOGUE, (stamp, provider, model, last, key))
+    )
+    return events, responses, catalogue
 
 
 class RawSQLite:
@@ -62,12 +116,17 @@ class RawSQLite:
             for statement in _RAW_SCHEMA:
                 self.connection.execute(statement)
 
-    def insert(self, rows: Sequence[tuple[bytes, int, int, bytes]]) -> None:
-        """One batch in one transaction."""
+    def insert(self, batch: RawBatch) -> None:
+        """One batch in one transaction: its events, the response index's rows and the
+        catalogue's row of its conversation, as convstore writes them."""
+        rows, responses, catalogue = batch
         connection = self.connection
         connection.execute("BEGIN IMMEDIATE")
         try:
             connection.executemany(_RAW_INSERT, rows)
+            if responses:
+                connection.executemany(_RAW_RESPONSE, responses)
+            connection.execute(*catalogue)
         except BaseException:
             connection.execute("ROLLBACK")
             raise
@@ -115,10 +174,7 @@ def append_figures(sizes: Sizes, folder: Path) -> list[Figure]:
             fresh=fresh,
             insert=raw.insert,
             fresh_insert=raw_apart.insert,
-            params=lambda rows: [
-                (r.originator_id.bytes, r.originator_version, topics[r.topic], r.state)
-                for r in rows
-            ],
+            params=lambda rows: raw_batch(rows, topics),
             work=work,
             sizes=sizes,
         )
@@ -130,8 +186,8 @@ def append_figures(sizes: Sizes, folder: Path) -> list[Figure]:
         raw_apart.close()
     baseline = (
         f"raw sqlite3: executemany of the same {work.events_per_call:.0f} encoded states into "
-        f"an equivalent table, WAL, synchronous=FULL, {page_size} B pages, "
-        "BEGIN IMMEDIATE…COMMIT"
+        "an equivalent table, with the same response index and catalogue rows, WAL, "
+        f"synchronous=FULL, {page_size} B pages, BEGIN IMMEDIATE…COMMIT"
     )
     return append.figures(
         "1", "SQLite", baseline=baseline, target=0.8, timings=timings, work=work, sizes=sizes
@@ -141,8 +197,15 @@ def append_figures(sizes: Sizes, folder: Path) -> list[Figure]:
 # --- figure 2 and 4: replay, snapshots, bytes, memory ----------------------------------------
 
 
-def build(path: Path, conversation_id: ConversationId, events: int, snapshot_every: int) -> Store:
-    """A store holding one conversation of exactly `events` events, written 10 at a time.
+def build(
+    path: Path,
+    conversation_id: ConversationId,
+    events: int,
+    snapshot_every: int,
+    *,
+    batch: int = 10,
+) -> Store:
+    """A store holding one conversation of exactly `events` events, written `batch` at a time.
 
     The drafts and the clock are seeded, so two stores built alike hold the same bytes;
     the last batch ends on `events`, so when that is a multiple of `snapshot_every` a
@@ -152,11 +215,11 @@ def build(path: Path, conversation_id: ConversationId, events: int, snapshot_eve
     store = open_store(str(path), snapshot_every=snapshot_every, cache_size=0)
     conversation = workload.conversation(conversation_id)
     drafts = list(islice(_drafts(), events - 1))
-    first = (events - 1) % 10 or 10
+    first = (events - 1) % batch or batch
     conversation.record_all(drafts[:first])
     store.repository.save(conversation)
-    for start in range(first, len(drafts), 10):
-        conversation.record_all(drafts[start : start + 10])
+    for start in range(first, len(drafts), batch):
+        conversation.record_all(drafts[start : start + batch])
         store.repository.save(conversation)
     return store
 
@@ -328,7 +391,8 @@ def _worst_tail_figure(
     added = 0
     while added < SNAPSHOT_EVERY - 1:
         conversation.record_all(islice(following, min(10, SNAPSHOT_EVERY - 1 - added)))
-        added += len(store.repository.save(conversation))
+        added += len(conversation.pending)
+        store.repository.save(conversation)
     timings = interleave(
         {"tail": lambda: store.repository.load(cid), "load": load_plain},
         rounds=sizes.replay_rounds,
@@ -346,3 +410,65 @@ def _worst_tail_figure(
         ratio=timings.time_ratio("tail", "load"),
         note="informative: between snapshots a load replays up to snapshot_every - 1 events",
     )
+
+
+# --- figure 2g: a fresh process's turn as the conversation grows -----------------------------
+
+
+def growth_figures(sizes: Sizes, folder: Path) -> list[Figure]:
+    """Figure 2g: `service.append` of one turn, loading the conversation from the store each
+    time (a fresh process: `cache_size=0`), into a long conversation and a short one.
+
+    A snapshot keeps only the conversation's open items (`domain.settled`), so the load is
+    the snapshot plus the tail in both, whatever the length: the ratio should stay near 1.
+    Both take the same turns, so their tails after the last snapshot stay equal."""
+    short, long = _whole_turns(1_000), _whole_turns(10_000 if sizes.quick else 50_000)
+    cid = workload.conversation_id(5)
+    stores = {
+        n: build(folder / f"growth-{n}.db", cid, n, SNAPSHOT_EVERY, batch=100)
+        for n in (short, long)
+    }
+    snapshots = {n: store.recorder.select_snapshot(cid) for n, store in stores.items()}
+
+    def turn_into(store: Store) -> Callable[[], object]:
+        turns = workload.turns(seed=11)
+        return lambda: store.service.append(cid, next(turns))
+
+    try:
+        timings = interleave(
+            {"long": turn_into(stores[long]), "short": turn_into(stores[short])},
+            rounds=sizes.append_rounds,
+            warmup=sizes.warmup,
+        )
+    finally:
+        for store in stores.values():
+            store.close()
+    sizes_note = ", ".join(
+        f"{len(snapshot.state):,} B at {n:,}" for n, snapshot in snapshots.items() if snapshot
+    )
+    return [
+        Figure(
+            "2g",
+            f"a fresh process's turn at {long:,} events vs at {short:,}",
+            f"service.append of one turn (cache_size=0) into a {long:,}-event conversation",
+            f"the same into a {short:,}-event conversation",
+            "time",
+            timings.median("long"),
+            timings.median("short"),
+            ratio=timings.time_ratio("long", "short"),
+            target=("<=", 1.1),
+            note=f"median of {sizes.append_rounds} interleaved rounds; snapshot every "
+            f"{SNAPSHOT_EVERY}; snapshot states {sizes_note}",
+        ).judge()
+    ]
+
+
+def _whole_turns(events: int) -> int:
+    """The length of the shortest conversation of `_drafts` that holds at least `events`
+    events and ends between turns (its Started event counted), so a turn can follow."""
+    total = 1
+    for turn in workload.turns(seed=2):
+        total += len(turn)
+        if total >= events:
+            return total
+    raise AssertionError("unreachable: the turns are endless")

@@ -116,8 +116,7 @@ class Conversation:
         self._id = conversation_id
         self._version = version
         self.state = state if state is not None else ConversationState()
-        self.settled = settled
-        """Answers for the items a settled state let go (`ConversationState.settled_at`)."""
+        self._lookup = Lookup(settled)
         self._pending: list[Event] = []
         self._encoded: list[bytes] = []
         self.clock: Callable[[], datetime] = _now
@@ -266,8 +265,13 @@ class Conversation:
         """Fold stored events (after an optional snapshot) into an aggregate."""
         conversation = cls(conversation_id, state=state, version=version, settled=settled)
         apply = conversation.apply
-        for event in events:
-            apply(event)
+        lookup = conversation._lookup
+        lookup.folding = True
+        try:
+            for event in events:
+                apply(event)
+        finally:
+            lookup.folding = False
         return conversation
 
     def apply(self, event: Event) -> None:
@@ -282,7 +286,7 @@ class Conversation:
             )
         if self._version == 0 and not isinstance(event, Started):
             raise errors.InvariantViolation("a conversation's first event must be Started")
-        _APPLY[type(event)](self.state, event, self.settled)
+        _APPLY[type(event)](self.state, event, self._lookup)
         state = self.state
         name = type(event).__name__
         state.counts[name] = state.counts.get(name, 0) + 1
@@ -310,16 +314,16 @@ class Conversation:
 
     def stored_response(self, response_id: str) -> StoredResponse | None:
         """The newest attempt of response `response_id` recorded here, if any."""
-        return _response(self.state, response_id, self.settled)
+        return _response(self.state, response_id, self._lookup)
 
     def call_answered(self, call_id: str) -> bool | None:
         """Whether client tool call `call_id` has a result; None when it was never
         requested here."""
-        return _call(self.state, call_id, self.settled)
+        return _call(self.state, call_id, self._lookup)
 
     def activity(self, activity_id: str) -> ActivityState | None:
         """Hosted activity `activity_id`'s state, if it was recorded here."""
-        return _activity(self.state, activity_id, self.settled)
+        return _activity(self.state, activity_id, self._lookup)
 
     def pending_activities(self) -> dict[ActivityId, ActivityState]:
         """Hosted activities still `started`."""
@@ -395,34 +399,52 @@ def _kept(state: ConversationState) -> ConversationState:
     )
 
 
-def _port(settled: Settled | None) -> Settled:
-    if settled is None:
-        raise RuntimeError("a settled state needs the Settled port of the store it came from")
-    return settled
+class Lookup:
+    """How the appliers reach the items a settled state let go: through `settled`, the
+    store's port. A fold of stored events (`folding`, in `Conversation.replay`) asks it only
+    where the state it builds depends on the answer: the log's events passed every check
+    when they were recorded, so a check alone is not repeated against the store."""
+
+    __slots__ = ("folding", "settled")
+
+    def __init__(self, settled: Settled | None) -> None:
+        self.settled = settled
+        self.folding = False
+
+    def asks(self, state: ConversationState, *, check_only: bool) -> Settled | None:
+        """The port to ask for an item `state` does not hold, or None when there is none
+        to ask (nothing settled, or only a check that a fold does not repeat)."""
+        if not state.settled_at or (check_only and self.folding):
+            return None
+        if self.settled is None:
+            raise RuntimeError("a settled state needs the Settled port of the store it came from")
+        return self.settled
 
 
 def _response(
-    state: ConversationState, response_id: str, settled: Settled | None
+    state: ConversationState, response_id: str, lookup: Lookup, *, check_only: bool = False
 ) -> StoredResponse | None:
     known = state.responses.get(response_id)
-    if known is None and state.settled_at:
-        return _port(settled).response(response_id, state.settled_at)
+    if known is None and (port := lookup.asks(state, check_only=check_only)) is not None:
+        return port.response(response_id, state.settled_at)
     return known
 
 
-def _call(state: ConversationState, call_id: str, settled: Settled | None) -> bool | None:
+def _call(
+    state: ConversationState, call_id: str, lookup: Lookup, *, check_only: bool = False
+) -> bool | None:
     answered = state.calls.get(call_id)
-    if answered is None and state.settled_at:
-        return _port(settled).call(call_id, state.settled_at)
+    if answered is None and (port := lookup.asks(state, check_only=check_only)) is not None:
+        return port.call(call_id, state.settled_at)
     return answered
 
 
 def _activity(
-    state: ConversationState, activity_id: str, settled: Settled | None
+    state: ConversationState, activity_id: str, lookup: Lookup, *, check_only: bool = False
 ) -> ActivityState | None:
     known = state.activities.get(activity_id)
-    if known is None and state.settled_at:
-        return _port(settled).activity(activity_id, state.settled_at)
+    if known is None and (port := lookup.asks(state, check_only=check_only)) is not None:
+        return port.activity(activity_id, state.settled_at)
     return known
 
 
@@ -487,7 +509,7 @@ def _inside_response(state: ConversationState, response_id: ResponseId | None, w
         )
 
 
-def _started(state: ConversationState, event: Started, settled: Settled | None) -> None:
+def _started(state: ConversationState, event: Started, lookup: Lookup) -> None:
     if state.created_on is not None:
         raise errors.InvariantViolation("a conversation is started only once")
     state.created_on = event.timestamp
@@ -495,7 +517,7 @@ def _started(state: ConversationState, event: Started, settled: Settled | None) 
     state.labels = tuple(dict.fromkeys(event.labels))
 
 
-def _retitled(state: ConversationState, event: Retitled, settled: Settled | None) -> None:
+def _retitled(state: ConversationState, event: Retitled, lookup: Lookup) -> None:
     _no_open_response(state, "a new title")
     if metadata.title(event.title) != event.title:
         raise errors.InvalidMetadata(f"the title {event.title!r} is not trimmed")
@@ -504,7 +526,7 @@ def _retitled(state: ConversationState, event: Retitled, settled: Settled | None
     state.title = event.title
 
 
-def _relabelled(state: ConversationState, event: Relabelled, settled: Settled | None) -> None:
+def _relabelled(state: ConversationState, event: Relabelled, lookup: Lookup) -> None:
     _no_open_response(state, "a label change")
     added, removed = metadata.label_change(state.labels, event.added, event.removed)
     if (added, removed) != (event.added, event.removed) or not (added or removed):
@@ -515,7 +537,7 @@ def _relabelled(state: ConversationState, event: Relabelled, settled: Settled | 
     state.labels = metadata.relabelled(state.labels, added, removed)
 
 
-def _turn_started(state: ConversationState, event: TurnStarted, settled: Settled | None) -> None:
+def _turn_started(state: ConversationState, event: TurnStarted, lookup: Lookup) -> None:
     if state.open_turn is not None:
         raise errors.TurnStateError(
             f"turn {event.turn_id!r} cannot start inside open turn {state.open_turn!r}"
@@ -524,7 +546,7 @@ def _turn_started(state: ConversationState, event: TurnStarted, settled: Settled
     state.open_turn = event.turn_id
 
 
-def _turn_ended(state: ConversationState, event: TurnEnded, settled: Settled | None) -> None:
+def _turn_ended(state: ConversationState, event: TurnEnded, lookup: Lookup) -> None:
     if state.open_turn != event.turn_id:
         raise errors.TurnStateError(
             f"turn {event.turn_id!r} is not the open turn ({state.open_turn!r})"
@@ -534,16 +556,15 @@ def _turn_ended(state: ConversationState, event: TurnEnded, settled: Settled | N
 
 
 def _user_side(
-    state: ConversationState, event: UserMessage | ContextInjected, settled: Settled | None
+    state: ConversationState, event: UserMessage | ContextInjected, lookup: Lookup
 ) -> None:
     _no_open_response(state, type(event).__name__)
 
 
-def _response_started(
-    state: ConversationState, event: ResponseStarted, settled: Settled | None
-) -> None:
+def _response_started(state: ConversationState, event: ResponseStarted, lookup: Lookup) -> None:
     _no_open_response(state, f"response {event.response_id!r}")
-    known = _response(state, event.response_id, settled)
+    # The new entry does not depend on the old one: looked up only to check the attempt.
+    known = _response(state, event.response_id, lookup, check_only=True)
     if known is None and event.attempt != 1:
         raise errors.InvariantViolation(
             f"attempt {event.attempt} of response {event.response_id!r}, which has no attempt 1"
@@ -566,9 +587,7 @@ def _response_started(
     )
 
 
-def _response_ended(
-    state: ConversationState, event: ResponseEnded, settled: Settled | None
-) -> None:
+def _response_ended(state: ConversationState, event: ResponseEnded, lookup: Lookup) -> None:
     _inside_response(state, event.response_id, "ResponseEnded")
     state.open_response = None
     started = state.responses[event.response_id]
@@ -580,9 +599,7 @@ def _response_ended(
     )
 
 
-def _assistant_text(
-    state: ConversationState, event: AssistantText, settled: Settled | None
-) -> None:
+def _assistant_text(state: ConversationState, event: AssistantText, lookup: Lookup) -> None:
     _inside_response(state, event.response_id, "AssistantText")
     length = len(event.text)
     for attribution in event.attributions:
@@ -593,15 +610,16 @@ def _assistant_text(
             )
 
 
-def _reasoning(state: ConversationState, event: Reasoning, settled: Settled | None) -> None:
+def _reasoning(state: ConversationState, event: Reasoning, lookup: Lookup) -> None:
     _inside_response(state, event.response_id, "Reasoning")
 
 
 def _tool_call_requested(
-    state: ConversationState, event: ToolCallRequested, settled: Settled | None
+    state: ConversationState, event: ToolCallRequested, lookup: Lookup
 ) -> None:
     _inside_response(state, event.response_id, "ToolCallRequested")
-    answered = _call(state, event.call_id, settled)
+    # A later attempt's copy of a call keeps its answer: that much a fold must know.
+    answered = _call(state, event.call_id, lookup, check_only=not _again(state))
     if answered is not None:
         if _again(state):
             return  # requested again by the copy completing the one cut short
@@ -610,10 +628,10 @@ def _tool_call_requested(
 
 
 def _tool_call_responded(
-    state: ConversationState, event: ToolCallResponded, settled: Settled | None
+    state: ConversationState, event: ToolCallResponded, lookup: Lookup
 ) -> None:
     _no_open_response(state, f"a result for tool call {event.call_id!r}")
-    answered = _call(state, event.call_id, settled)
+    answered = _call(state, event.call_id, lookup, check_only=True)
     if answered is None:
         raise errors.UnknownToolCall(f"no tool call {event.call_id!r} was requested")
     if answered:
@@ -621,16 +639,16 @@ def _tool_call_responded(
     state.calls[event.call_id] = True
 
 
-def _hosted_activity(
-    state: ConversationState, event: HostedActivity, settled: Settled | None
-) -> None:
+def _hosted_activity(state: ConversationState, event: HostedActivity, lookup: Lookup) -> None:
     if event.response_id is not None:
         _inside_response(state, event.response_id, "HostedActivity")
     elif event.state != "abandoned":
         raise errors.ResponseNotOpen(
             f"activity {event.activity_id!r}: only an abandonment is recorded outside a response"
         )
-    known = _activity(state, event.activity_id, settled)
+    # A settled activity has ended: a valid log starts it again (a later attempt) or not at
+    # all, and either way the entry is new, so a fold need not ask.
+    known = _activity(state, event.activity_id, lookup, check_only=True)
     if known is not None and event.state == "started" and _again(state):
         known = None  # started again by the copy completing the one cut short
     if known is None:
@@ -663,14 +681,12 @@ def _again(state: ConversationState) -> bool:
     return state.open_response is not None and state.open_response.attempt > 1
 
 
-def _unknown_artifact(
-    state: ConversationState, event: UnknownArtifact, settled: Settled | None
-) -> None:
+def _unknown_artifact(state: ConversationState, event: UnknownArtifact, lookup: Lookup) -> None:
     if event.response_id is not None:
         _inside_response(state, event.response_id, "UnknownArtifact")
 
 
-_APPLY: dict[type[Event], Callable[[ConversationState, Any, Settled | None], None]] = {
+_APPLY: dict[type[Event], Callable[[ConversationState, Any, Lookup], None]] = {
     Started: _started,
     TurnStarted: _turn_started,
     TurnEnded: _turn_ended,

@@ -66,7 +66,10 @@ from convstore.storage.recorder import (
     SnapshotRecord,
 )
 
-DEFAULT_SNAPSHOT_EVERY = 500
+DEFAULT_SNAPSHOT_EVERY = 100
+"""Versions between snapshots. A snapshot holds only the open items (`domain.settled`),
+so it costs a few hundred bytes whatever the conversation's length, and a load replays at
+most 99 events after it."""
 DEFAULT_CACHE_SIZE = 1000
 """Conversations whose state `open_store`'s repository keeps (see the module's docstring)."""
 DEFAULT_CACHE_ENTRIES = 250_000
