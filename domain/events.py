@@ -5,6 +5,11 @@ Each event is a frozen, tagged `msgspec.Struct` that satisfies eventsourcing's
 not yet recorded is a *draft*: its envelope holds the defaults below until
 `Conversation.record` stamps it with the conversation's id, the next version, the time and
 the hash chain.
+
+Events and the vocabulary's values inside them are not tracked by the garbage collector
+(`gc=False`): they are immutable records of decoded data, which cannot form a reference
+cycle, and a reader holding a long conversation's events then pays no collection passes
+over them.
 """
 
 from __future__ import annotations
@@ -39,7 +44,9 @@ NIL: Final = UUID(int=0)
 EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="type"):
+class Event(
+    msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="type", gc=False
+):
     """Base of every conversation event: the envelope and the hash chain."""
 
     originator_id: UUID = NIL

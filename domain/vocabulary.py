@@ -170,7 +170,7 @@ def check_payload(payload: ProviderPayload) -> None:
     _mark_checked(payload)
 
 
-class Location(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class Location(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """Where in a document a cited passage lies."""
 
     unit: Literal["char", "page", "block"]
@@ -182,7 +182,7 @@ class Location(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """The document's position in the request, where the provider names one."""
 
 
-class Source(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class Source(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """What an attribution points at."""
 
     kind: SourceKind
@@ -194,14 +194,14 @@ class Source(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     location: Location | None = None
 
 
-class TextRange(msgspec.Struct, frozen=True, array_like=True):
+class TextRange(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """A half-open span of Unicode code points in an event's final stored text."""
 
     start: int
     end: int
 
 
-class Attribution(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class Attribution(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """A citation attached to assistant text."""
 
     source: Source
@@ -215,7 +215,7 @@ class Attribution(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     """The provider's opaque replay value (e.g. Anthropic's `encrypted_index`)."""
 
 
-class ToolDeclaration(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class ToolDeclaration(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """A tool declared on a request: a client tool, or a hosted one with its native version."""
 
     name: str
@@ -227,7 +227,7 @@ class ToolDeclaration(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
     input_schema: dict[str, Any] | None = None
 
 
-class RequestSettings(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class RequestSettings(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """The request a response answered: what replay and binding checks need."""
 
     system: str | None = None
@@ -240,7 +240,7 @@ class RequestSettings(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
     """The provider's own request settings (body without the conversation), for exact replay."""
 
 
-class Usage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class Usage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """Usage counters of one response, including counters of hosted work."""
 
     input_tokens: int | None = None
@@ -254,7 +254,7 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Every other numeric counter the provider reported, under its own name."""
 
 
-class ErrorInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class ErrorInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """A provider's error, as it reported it."""
 
     type: str
@@ -281,7 +281,7 @@ sequence that ended the answer, a screening
 result (e.g. Model Armor), the container the work ran in, context management applied."""
 
 
-class Notice(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class Notice(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """Something a provider said about a response besides its content, as typed fields."""
 
     kind: NoticeKind
@@ -293,7 +293,7 @@ class Notice(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Further named values as the provider gave them (a probability, an expiry time)."""
 
 
-class CodeOutput(msgspec.Struct, frozen=True, kw_only=True):
+class CodeOutput(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """What hosted code wrote on one channel, as its provider's adapter read the result."""
 
     channel: str
@@ -315,7 +315,7 @@ class PayloadReading(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
     """What a hosted code run wrote, from its result (a hosted activity's payload)."""
 
 
-class Writer(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class Writer(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """The process that wrote a ResponseStarted, to tell a live stream from a dead one.
 
     `id` names the hold the writer keeps for its life (see `domain.writers`); it alone
@@ -331,7 +331,7 @@ class Writer(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """The writer id: the key of the hold (a lock) the writing process keeps."""
 
 
-class Display(msgspec.Struct, frozen=True, kw_only=True):
+class Display(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A provider's display obligation, kept as data for renderers; never printed raw."""
 
     kind: str

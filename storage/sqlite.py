@@ -781,12 +781,9 @@ def _catalogue(
     connection: sqlite3.Connection, stored_events: Sequence[StoredEvent], row: CatalogueRow | None
 ) -> None:
     """The catalogue's rows of an append: one for each conversation it starts, and `row`."""
-    if row is None and not any(s.originator_version == 1 for s in stored_events):
-        return
-    connection.executemany(
-        _CATALOGUE_FIRST,
-        [(_key(s.originator_id),) for s in stored_events if s.originator_version == 1],
-    )
+    first = [(_key(s.originator_id),) for s in stored_events if s.originator_version == 1]
+    if first:
+        connection.executemany(_CATALOGUE_FIRST, first)
     if row is None:
         return
     connection.execute(
