@@ -17,6 +17,7 @@ The rule (`judge`):
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import uuid
@@ -88,7 +89,15 @@ def process_start(pid: int) -> float:
 def current_writer(writer_id: str) -> Writer:
     """This process as the writer holding `writer_id` (host and pid recorded for people)."""
     pid = os.getpid()
-    return Writer(host=socket.gethostname(), pid=pid, started=process_start(pid), id=writer_id)
+    host, started = _this_process(pid)
+    return Writer(host=host, pid=pid, started=started, id=writer_id)
+
+
+@functools.cache
+def _this_process(pid: int) -> tuple[str, float]:
+    """The host name and start time of this process, read once per process (`pid` keys
+    it, so a forked child reads its own)."""
+    return socket.gethostname(), process_start(pid)
 
 
 def judge(

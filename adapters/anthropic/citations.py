@@ -74,7 +74,8 @@ def attribution(citation: Any) -> Attribution:
             citation = None
     else:
         raw = msgspec.json.encode(citation)
-    replay = ProviderPayload(provider=PROVIDER, format="citation", value=msgspec.Raw(raw))
+    # One JSON value as msgspec parsed or encoded it: marked checked, not read again.
+    replay = ProviderPayload.parsed(PROVIDER, "citation", raw)
     if not isinstance(citation, dict):
         return Attribution(source=Source(kind="document"), replay=replay)
     kind = citation.get("type")
