@@ -146,11 +146,13 @@ def figures(
     *,
     baseline: str,
     target: float,
+    service_target: float | None = None,
     timings: Timings,
     work: AppendWorkload,
     sizes: Sizes,
 ) -> list[Figure]:
-    """The `save`, `append` and `fresh` rows of one backend."""
+    """The `save`, `append` and `fresh` rows of one backend: `target` for `save`, and for
+    `append` unless `service_target` is given; `fresh` is informative."""
     n = work.events_per_call
     extra = {
         "events_per_call": n,
@@ -184,7 +186,7 @@ def figures(
             timings.median("append"),
             timings.median("raw"),
             ratio=timings.throughput_ratio("append", "raw"),
-            target=(">=", target),
+            target=(">=", target if service_target is None else service_target),
             note="each call first loads the conversation: open_store's repository cache "
             "holds its state, so the load reads only the events stored after it",
             extra=extra,
