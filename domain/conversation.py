@@ -10,9 +10,9 @@ It satisfies eventsourcing's mutable-aggregate protocol (`id`, `version`, `creat
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Any, Generic, Literal, NamedTuple, TypeVar
 from uuid import UUID, uuid4
 
 import msgspec
@@ -243,6 +243,8 @@ class Conversation:
         # them in place. (A deep copy costs ~0.3 ms per thousand events of history.)
         snapshot = self._state_copy()
         version, pending = self._version, len(self._pending)
+        drafts = list(drafts)
+        self._lookup.prefetch(self.state, drafts)
         try:
             return [self.record(draft) for draft in drafts]
         except BaseException:  # a violation, or a draft that cannot even be encoded
@@ -399,34 +401,89 @@ def _kept(state: ConversationState) -> ConversationState:
     )
 
 
+_Kind = Literal["responses", "calls", "activities"]
+
+
 class Lookup:
     """How the appliers reach the items a settled state let go: through `settled`, the
-    store's port. A fold of stored events (`folding`, in `Conversation.replay`) asks it only
-    where the state it builds depends on the answer: the log's events passed every check
-    when they were recorded, so a check alone is not repeated against the store."""
+    store's port, remembering each answer (what was settled at or before a version never
+    changes). A fold of stored events (`folding`, in `Conversation.replay`) asks only where
+    the state it builds depends on the answer: the log's events passed every check when
+    they were recorded, so a check alone is not repeated against the store."""
 
-    __slots__ = ("folding", "settled")
+    __slots__ = ("_known", "_known_at", "folding", "settled")
 
     def __init__(self, settled: Settled | None) -> None:
         self.settled = settled
         self.folding = False
+        self._known: dict[tuple[_Kind, str], Any] = {}
+        self._known_at = 0
 
-    def asks(self, state: ConversationState, *, check_only: bool) -> Settled | None:
-        """The port to ask for an item `state` does not hold, or None when there is none
-        to ask (nothing settled, or only a check that a fold does not repeat)."""
+    def item(self, state: ConversationState, kind: _Kind, item_id: str, *, check_only: bool) -> Any:
+        """The settled item `item_id` of `kind` (None when it was not settled), or None
+        when there is nothing to ask: nothing settled, or only a check a fold skips."""
         if not state.settled_at or (check_only and self.folding):
             return None
+        known = self._answers(state)
+        key = (kind, item_id)
+        if key not in known:
+            self._ask(state, {kind: [item_id]})
+        return known[key]
+
+    def prefetch(self, state: ConversationState, drafts: Sequence[Event]) -> None:
+        """Ask in one call for every id the drafts name that neither the state nor an
+        earlier answer holds, so recording them asks the store no more."""
+        if not state.settled_at:
+            return
+        known = self._answers(state)
+        wanted: dict[_Kind, list[str]] = {"responses": [], "calls": [], "activities": []}
+        for draft in drafts:
+            named = _named(draft)
+            if named is not None:
+                kind, item_id = named
+                ids = wanted[kind]  # a call may be requested, then answered, in one batch
+                fresh = item_id not in getattr(state, kind) and (kind, item_id) not in known
+                if fresh and item_id not in ids:
+                    ids.append(item_id)
+        if any(wanted.values()):
+            self._ask(state, wanted)
+
+    def _answers(self, state: ConversationState) -> dict[tuple[_Kind, str], Any]:
+        if self._known_at != state.settled_at:
+            self._known.clear()
+            self._known_at = state.settled_at
+        return self._known
+
+    def _ask(self, state: ConversationState, wanted: dict[_Kind, list[str]]) -> None:
         if self.settled is None:
             raise RuntimeError("a settled state needs the Settled port of the store it came from")
-        return self.settled
+        found = self.settled.found(**wanted, upto=state.settled_at)
+        for kind, ids in wanted.items():
+            values = getattr(found, kind)
+            for item_id in ids:
+                self._known[kind, item_id] = values.get(item_id)
+
+
+def _named(draft: Event) -> tuple[_Kind, str] | None:
+    """The settled item a draft names, if any."""
+    if isinstance(draft, ResponseStarted):
+        return "responses", draft.response_id
+    if isinstance(draft, ToolCallRequested | ToolCallResponded):
+        return "calls", draft.call_id
+    if isinstance(draft, HostedActivity):
+        return "activities", draft.activity_id
+    return None
 
 
 def _response(
     state: ConversationState, response_id: str, lookup: Lookup, *, check_only: bool = False
 ) -> StoredResponse | None:
     known = state.responses.get(response_id)
-    if known is None and (port := lookup.asks(state, check_only=check_only)) is not None:
-        return port.response(response_id, state.settled_at)
+    if known is None:
+        found: StoredResponse | None = lookup.item(
+            state, "responses", response_id, check_only=check_only
+        )
+        return found
     return known
 
 
@@ -434,8 +491,9 @@ def _call(
     state: ConversationState, call_id: str, lookup: Lookup, *, check_only: bool = False
 ) -> bool | None:
     answered = state.calls.get(call_id)
-    if answered is None and (port := lookup.asks(state, check_only=check_only)) is not None:
-        return port.call(call_id, state.settled_at)
+    if answered is None:
+        found: bool | None = lookup.item(state, "calls", call_id, check_only=check_only)
+        return found
     return answered
 
 
@@ -443,8 +501,11 @@ def _activity(
     state: ConversationState, activity_id: str, lookup: Lookup, *, check_only: bool = False
 ) -> ActivityState | None:
     known = state.activities.get(activity_id)
-    if known is None and (port := lookup.asks(state, check_only=check_only)) is not None:
-        return port.activity(activity_id, state.settled_at)
+    if known is None:
+        found: ActivityState | None = lookup.item(
+            state, "activities", activity_id, check_only=check_only
+        )
+        return found
     return known
 
 

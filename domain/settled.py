@@ -13,6 +13,7 @@ transaction as the snapshot whose state let them go.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Protocol
 
 import msgspec
@@ -66,19 +67,19 @@ class SettledItems(msgspec.Struct, kw_only=True):
 class Settled(Protocol):
     """The port through which a settled state asks about the items it let go.
 
-    Each lookup answers as of version `upto` of the conversation (the state's
-    `settled_at`): the newest value settled at or before it, or None when the conversation
-    settled no such item by then.
+    It answers as of version `upto` of the conversation (the state's `settled_at`): for
+    each id asked, the newest value settled at or before it; an id the conversation had
+    not settled by then is left out of the answer.
     """
 
-    def response(self, response_id: str, upto: int) -> StoredResponse | None:
-        """The newest attempt of a settled response."""
-        ...
-
-    def call(self, call_id: str, upto: int) -> bool | None:
-        """Whether a settled client tool call was answered (settled calls always were)."""
-        ...
-
-    def activity(self, activity_id: str, upto: int) -> ActivityState | None:
-        """A settled hosted activity's final state."""
+    def found(
+        self,
+        *,
+        responses: Collection[str] = (),
+        calls: Collection[str] = (),
+        activities: Collection[str] = (),
+        upto: int,
+    ) -> SettledItems:
+        """The settled responses, client tool calls and hosted activities among these ids
+        (a settled call always has its answer: True)."""
         ...

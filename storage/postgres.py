@@ -437,10 +437,14 @@ class PostgresRecorder(ConversationRecorder):
         rows = self._fetch(self._sql["responses"], (provider, server, response_id))
         return [ResponseRow(provider, server, response_id, *row) for row in rows]
 
-    def select_settled(self, originator_id: UUID, key: str, upto: int) -> bytes | None:
-        """The value of a settled item as of version `upto`: the newest at or before it."""
-        rows = self._fetch(self._sql["settled"], (originator_id, key, upto))
-        return bytes(rows[0][0]) if rows else None
+    def select_settled(
+        self, originator_id: UUID, keys: Sequence[str], upto: int
+    ) -> dict[str, bytes]:
+        """The values of settled items as of version `upto` (see the recorder's)."""
+        if not keys:
+            return {}
+        rows = self._fetch(self._sql["settled"], (originator_id, list(keys), upto))
+        return {key: bytes(value) for key, value in rows}  # each key's newest is the last
 
     def select_snapshot(self, originator_id: UUID) -> SnapshotRecord | None:
         """The conversation's snapshot, if one was taken."""
@@ -660,8 +664,8 @@ _STATEMENTS = {
     "snapshot": "SELECT version, state FROM {s}.snapshots WHERE originator_id = %s",
     "insert_settled": "INSERT INTO {s}.settled SELECT %s, u.key, %s, u.value"
     " FROM unnest(%s::text[], %s::bytea[]) AS u(key, value)",
-    "settled": "SELECT value FROM {s}.settled WHERE originator_id = %s AND key = %s"
-    " AND version <= %s ORDER BY version DESC LIMIT 1",
+    "settled": "SELECT key, value FROM {s}.settled WHERE originator_id = %s"
+    " AND key = ANY(%s) AND version <= %s ORDER BY key, version",
     "first_events": "SELECT f.originator_id, f.state,"
     " (SELECT max(e.originator_version) FROM {s}.events e WHERE e.originator_id = f.originator_id)"
     " FROM {s}.events f WHERE f.originator_version = 1 ORDER BY f.id LIMIT %s OFFSET %s",

@@ -152,8 +152,11 @@ class ConversationRecorder(ApplicationRecorder, TrackingRecorder, ABC):
         """(version, stored bytes) of one conversation's events after version `gt`, in order."""
 
     @abstractmethod
-    def select_settled(self, originator_id: UUID, key: str, upto: int) -> bytes | None:
-        """The value of a settled item as of version `upto`: the newest at or before it."""
+    def select_settled(
+        self, originator_id: UUID, keys: Sequence[str], upto: int
+    ) -> dict[str, bytes]:
+        """The values of settled items as of version `upto`: for each key settled at or
+        before it, its newest value (keys not settled by then are left out)."""
 
     @abstractmethod
     def select_snapshot(self, originator_id: UUID) -> SnapshotRecord | None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from datetime import datetime
 from typing import Final, NamedTuple
 from uuid import UUID
@@ -161,20 +161,30 @@ class StoreSettled:
         self._recorder = recorder
         self._id = conversation_id
 
-    def response(self, response_id: str, upto: int) -> StoredResponse | None:
-        """The newest attempt of a settled response."""
-        value = self._recorder.select_settled(self._id, f"r{response_id}", upto)
-        return None if value is None else _decode_response(value)
-
-    def call(self, call_id: str, upto: int) -> bool | None:
-        """Whether a settled client tool call was answered."""
-        value = self._recorder.select_settled(self._id, f"c{call_id}", upto)
-        return None if value is None else _decode_call(value)
-
-    def activity(self, activity_id: str, upto: int) -> ActivityState | None:
-        """A settled hosted activity's final state."""
-        value = self._recorder.select_settled(self._id, f"a{activity_id}", upto)
-        return None if value is None else _decode_activity(value)
+    def found(
+        self,
+        *,
+        responses: Collection[str] = (),
+        calls: Collection[str] = (),
+        activities: Collection[str] = (),
+        upto: int,
+    ) -> SettledItems:
+        """The settled items among these ids, as of version `upto`, in one query."""
+        keys = [
+            *(f"r{rid}" for rid in responses),
+            *(f"c{call}" for call in calls),
+            *(f"a{a}" for a in activities),
+        ]
+        items = SettledItems(responses={}, calls={}, activities={})
+        for key, value in self._recorder.select_settled(self._id, keys, upto).items():
+            kind, item = key[0], key[1:]
+            if kind == "r":
+                items.responses[item] = _decode_response(value)
+            elif kind == "c":
+                items.calls[item] = _decode_call(value)
+            else:
+                items.activities[item] = _decode_activity(value)
+        return items
 
 
 class _Cached(NamedTuple):

@@ -479,19 +479,24 @@ class SQLiteRecorder(ConversationRecorder):
             for attempt, key, version in rows
         ]
 
-    def select_settled(self, originator_id: UUID, key: str, upto: int) -> bytes | None:
-        """The value of a settled item as of version `upto`: the newest at or before it."""
+    def select_settled(
+        self, originator_id: UUID, keys: Sequence[str], upto: int
+    ) -> dict[str, bytes]:
+        """The values of settled items as of version `upto` (see the recorder's)."""
+        if not keys:
+            return {}
+        marks = ",".join("?" * len(keys))
         with translating():
-            row = (
+            rows = (
                 self._connection()
                 .execute(
-                    "SELECT value FROM settled WHERE originator_id = ? AND key = ?"
-                    " AND version <= ? ORDER BY version DESC LIMIT 1",
-                    (originator_id.bytes, key, upto),
+                    "SELECT key, CAST(value AS BLOB) FROM settled WHERE originator_id = ?"
+                    f" AND key IN ({marks}) AND version <= ? ORDER BY key, version",
+                    (originator_id.bytes, *keys, upto),
                 )
-                .fetchone()
+                .fetchall()
             )
-        return None if row is None else bytes(row[0])
+        return dict(rows)  # in version order: each key's newest value is the last
 
     def select_snapshot(self, originator_id: UUID) -> SnapshotRecord | None:
         """The conversation's snapshot, if one was taken."""

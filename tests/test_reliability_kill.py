@@ -601,10 +601,13 @@ def check_snapshots(url: str, position: int) -> int:
             kept, items = settle(full, snapshot.version)
             assert decode_snapshot(snapshot.state) == kept
             port = StoreSettled(store.recorder, cid)
-            upto = snapshot.version
-            assert all(port.response(r, upto) == v for r, v in items.responses.items())
-            assert all(port.call(c, upto) is True for c in items.calls)
-            assert all(port.activity(a, upto) == v for a, v in items.activities.items())
+            found = port.found(
+                responses=list(items.responses),
+                calls=list(items.calls),
+                activities=list(items.activities),
+                upto=snapshot.version,
+            )
+            assert found == items
         if touched:  # the store continues: a write on the newest conversation, then a load
             cid = ConversationId(next(reversed(touched)))
             store.service.add_user_input(cid, [UserMessage(blocks=("one more",))])

@@ -11,7 +11,7 @@ lookups bounded by the version a state was settled at).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 
 import pytest
 
@@ -31,7 +31,7 @@ from convstore.domain import (
 )
 from convstore.domain.conversation import settle
 from convstore.domain.errors import DuplicateId, ToolCallAlreadyAnswered, UnknownToolCall
-from convstore.domain.settled import ActivityState, SettledItems, StoredResponse
+from convstore.domain.settled import SettledItems
 from convstore.storage import Store, open_store
 from convstore.storage.repository import StoreSettled, decode_snapshot
 from tests.test_domain_stateful import SETTINGS, ConversationMachine, InMemoryBackend
@@ -58,20 +58,25 @@ class DictSettled:
         values = [value for at, value in self.rows.get((kind, key), []) if at <= upto]
         return values[-1] if values else None
 
-    def response(self, response_id: str, upto: int) -> StoredResponse | None:
-        found = self._newest("r", response_id, upto)
-        assert found is None or isinstance(found, StoredResponse)
-        return found
-
-    def call(self, call_id: str, upto: int) -> bool | None:
-        found = self._newest("c", call_id, upto)
-        assert found is None or isinstance(found, bool)
-        return found
-
-    def activity(self, activity_id: str, upto: int) -> ActivityState | None:
-        found = self._newest("a", activity_id, upto)
-        assert found is None or isinstance(found, ActivityState)
-        return found
+    def found(
+        self,
+        *,
+        responses: Collection[str] = (),
+        calls: Collection[str] = (),
+        activities: Collection[str] = (),
+        upto: int,
+    ) -> SettledItems:
+        items = SettledItems(responses={}, calls={}, activities={})
+        for kind, ids, into in (
+            ("r", responses, items.responses),
+            ("c", calls, items.calls),
+            ("a", activities, items.activities),
+        ):
+            for key in ids:
+                value = self._newest(kind, key, upto)
+                if value is not None:
+                    into[key] = value  # type: ignore[index]
+        return items
 
 
 class SettlingBackend(InMemoryBackend):
@@ -268,25 +273,59 @@ def test_lookups_answer_as_of_the_version_a_state_was_settled_at(
     with open_store(url, snapshot_every=EVERY, cache_size=0) as store:
         port = StoreSettled(store.repository.recorder, cid)
         newest = store.repository.load(cid).state.settled_at
-        first = port.response("msg_1", newest)
-        assert first is not None and first.ended == "completed" and first.digest
-        assert port.response("msg_1", EVERY - 1) is None  # not settled before the first snapshot
+
+        def call(call_id: str, upto: int) -> bool | None:
+            return port.found(calls=[call_id], upto=upto).calls.get(call_id)
+
+        first = port.found(responses=["msg_1"], upto=newest).responses["msg_1"]
+        assert first.ended == "completed" and first.digest
+        # Nothing was settled before the first snapshot.
+        assert not port.found(responses=["msg_1"], activities=["srvtoolu_1"], upto=EVERY - 1)
         answered_at = {
             e.call_id: e.originator_version
             for e in store.service.events(cid)
             if isinstance(e, ToolCallResponded)
         }
         assert len(answered_at) == 30
-        for call in ("toolu_1", "toolu_15", "toolu_30"):
+        for call_id in ("toolu_1", "toolu_15", "toolu_30"):
             # Unknown until the first snapshot at or after its answer, answered from then on.
-            seen = [port.call(call, upto) for upto in range(1, newest + 1)]
+            seen = [call(call_id, upto) for upto in range(1, newest + 1)]
             unknown = seen.index(True) if True in seen else len(seen)
             assert seen == [None] * unknown + [True] * (newest - unknown)
             settled = unknown < newest
-            assert settled is (answered_at[call] <= newest)
-            assert not settled or unknown + 1 >= answered_at[call]  # never before its answer
-        activity = port.activity("srvtoolu_1", newest)
-        assert activity is not None
-        assert (activity.name, activity.state) == ("web_search", "completed")
-        assert port.activity("srvtoolu_1", EVERY - 1) is None
-        assert port.response("msg_nowhere", newest) is None
+            assert settled is (answered_at[call_id] <= newest)
+            assert not settled or unknown + 1 >= answered_at[call_id]  # never before its answer
+        # One call answers for many ids of every kind; ids never settled are left out.
+        many = port.found(
+            responses=["msg_1", "msg_2", "msg_nowhere"],
+            calls=["toolu_1", "toolu_nowhere"],
+            activities=["srvtoolu_1", "srvtoolu_2"],
+            upto=newest,
+        )
+        assert set(many.responses) == {"msg_1", "msg_2"}
+        assert many.calls == {"toolu_1": True}
+        assert {a: (s.name, s.state) for a, s in many.activities.items()} == {
+            "srvtoolu_1": ("web_search", "completed"),
+            "srvtoolu_2": ("web_search", "completed"),
+        }
+
+
+def test_recording_a_batch_asks_the_store_once(
+    grown: tuple[str, ConversationId], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`record_all` asks for every id its drafts name in one query, and an answer is
+    remembered: recording a response with a call and an activity reads the table once."""
+    url, cid = grown
+    with open_store(url, snapshot_every=EVERY, cache_size=0) as store:
+        recorder = store.repository.recorder
+        asked: list[list[str]] = []
+        select = recorder.select_settled
+
+        def spy(originator_id: object, keys: list[str], upto: int) -> dict[str, bytes]:
+            asked.append(list(keys))
+            return select(originator_id, keys, upto)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(recorder, "select_settled", spy)
+        store.service.add_user_input(cid, [UserMessage(blocks=("one more",))])
+        store.service.append(cid, list(_response(77)))
+        assert asked == [["rmsg_77", "ctoolu_77", "asrvtoolu_77"]]
