@@ -12,6 +12,7 @@ lookups bounded by the version a state was settled at).
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator
+from typing import Any
 
 import pytest
 
@@ -32,9 +33,10 @@ from convstore.domain import (
 from convstore.domain.conversation import settle
 from convstore.domain.errors import DuplicateId, ToolCallAlreadyAnswered, UnknownToolCall
 from convstore.domain.settled import SettledItems
-from convstore.storage import Store, open_store
-from convstore.storage.repository import StoreSettled, decode_snapshot
+from convstore.storage import SQLiteLocation, Store, open_store, parse_location
+from convstore.storage.repository import StoreSettled, decode_snapshot, encode_snapshot
 from tests.test_domain_stateful import SETTINGS, ConversationMachine, InMemoryBackend
+from tests.test_storage_cache import _sql
 
 # --- the domain alone: the state machine with a state settled after every command -----------
 
@@ -329,3 +331,48 @@ def test_recording_a_batch_asks_the_store_once(
         store.service.add_user_input(cid, [UserMessage(blocks=("one more",))])
         store.service.append(cid, list(_response(77)))
         assert asked == [["rmsg_77", "ctoolu_77", "asrvtoolu_77"]]
+
+
+def test_a_snapshot_an_older_version_wrote_is_passed_over(
+    grown: tuple[str, ConversationId],
+) -> None:
+    """A tag-4 snapshot (every item in its state, as convstore wrote them before settled
+    items) is not read: the conversation is folded from its events, and the next snapshot
+    is a settled one whose rows answer for everything the old state held."""
+    url, cid = grown
+    with open_store(url, snapshot_every=EVERY, cache_size=0) as store:
+        events = list(store.service.events(cid))
+        full = Conversation.replay(cid, events)
+        old = bytearray(encode_snapshot(full.state))
+        assert old[:2] == b"\x95\x05"  # a 5-element array whose first element is the tag
+        old[1] = 4
+        recorder = store.repository.recorder
+        key: Any = cid.bytes if isinstance(parse_location(url), SQLiteLocation) else cid
+        with _sql(url) as run:
+            run(
+                "UPDATE snapshots SET version = ?, state = ? WHERE originator_id = ?",
+                (full.version, bytes(old), key),
+            )
+        assert decode_snapshot(bytes(old)) is None
+        loaded = store.repository.load(cid)
+        assert loaded == full and loaded.state.settled_at == 0
+        # The next save that takes a snapshot settles everything the state held.
+        for n in range(100, 100 + EVERY):
+            _turn(store, cid, n)
+        snapshot = recorder.select_snapshot(cid)
+        assert snapshot is not None and snapshot.version > full.version
+        kept = decode_snapshot(snapshot.state)
+        assert kept is not None and kept.settled_at == snapshot.version
+        port = StoreSettled(recorder, cid)
+        found = port.found(
+            responses=list(full.state.responses),
+            calls=list(full.state.calls),
+            activities=list(full.state.activities),
+            upto=snapshot.version,
+        )
+        assert (found.responses, found.calls, found.activities) == (
+            full.state.responses,
+            full.state.calls,
+            full.state.activities,
+        )
+        assert store.repository.load(cid) == Conversation.replay(cid, store.service.events(cid))
