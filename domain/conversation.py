@@ -420,10 +420,11 @@ class Lookup:
         self._known_at = 0
 
     def item(self, state: ConversationState, kind: _Kind, item_id: str, *, check_only: bool) -> Any:
-        """The settled item `item_id` of `kind` (None when it was not settled), or None
-        when there is nothing to ask: nothing settled, or only a check a fold skips."""
-        if not state.settled_at or (check_only and self.folding):
-            return None
+        """Item `item_id` of `kind` as the state holds it, or else as the store settled it;
+        None when neither has it, or when only a check a fold skips would ask the store."""
+        held = getattr(state, kind).get(item_id)
+        if held is not None or not state.settled_at or (check_only and self.folding):
+            return held
         known = self._answers(state)
         key = (kind, item_id)
         if key not in known:
@@ -478,35 +479,26 @@ def _named(draft: Event) -> tuple[_Kind, str] | None:
 def _response(
     state: ConversationState, response_id: str, lookup: Lookup, *, check_only: bool = False
 ) -> StoredResponse | None:
-    known = state.responses.get(response_id)
-    if known is None:
-        found: StoredResponse | None = lookup.item(
-            state, "responses", response_id, check_only=check_only
-        )
-        return found
-    return known
+    found: StoredResponse | None = lookup.item(
+        state, "responses", response_id, check_only=check_only
+    )
+    return found
 
 
 def _call(
     state: ConversationState, call_id: str, lookup: Lookup, *, check_only: bool = False
 ) -> bool | None:
-    answered = state.calls.get(call_id)
-    if answered is None:
-        found: bool | None = lookup.item(state, "calls", call_id, check_only=check_only)
-        return found
+    answered: bool | None = lookup.item(state, "calls", call_id, check_only=check_only)
     return answered
 
 
 def _activity(
     state: ConversationState, activity_id: str, lookup: Lookup, *, check_only: bool = False
 ) -> ActivityState | None:
-    known = state.activities.get(activity_id)
-    if known is None:
-        found: ActivityState | None = lookup.item(
-            state, "activities", activity_id, check_only=check_only
-        )
-        return found
-    return known
+    found: ActivityState | None = lookup.item(
+        state, "activities", activity_id, check_only=check_only
+    )
+    return found
 
 
 def forked(state: ConversationState) -> ConversationState:
