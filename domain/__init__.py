@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from convstore.domain.conversation import (
         Conversation,
-        ConversationState,
         new_conversation_id,
         parse_conversation_id,
     )
@@ -46,6 +45,7 @@ if TYPE_CHECKING:
         ConversationSummary,
         MetadataOutcome,
     )
+    from convstore.domain.state import ConversationState
     from convstore.domain.vocabulary import (
         ActivityId,
         Attribution,
@@ -119,7 +119,7 @@ __all__ = [
     "parse_conversation_id",
 ]
 
-_HOMES = ("events", "vocabulary", "conversation", "service")
+_HOMES = ("events", "vocabulary", "state", "conversation", "service")
 """The modules that define the names above, searched in this order."""
 
 

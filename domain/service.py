@@ -15,7 +15,7 @@ import msgspec
 
 from convstore.domain import metadata
 from convstore.domain.calls import check_answerable
-from convstore.domain.conversation import Conversation, ConversationState
+from convstore.domain.conversation import Conversation
 from convstore.domain.errors import (
     ConcurrencyConflict,
     InvariantViolation,
@@ -36,6 +36,7 @@ from convstore.domain.events import (
     UserMessage,
 )
 from convstore.domain.responses import CONTINUES, ResponseOutcome, ResponseRecorder
+from convstore.domain.state import ConversationState
 from convstore.domain.vocabulary import ActivityId, CallId, ConversationId, Writer
 from convstore.domain.writers import (
     DEFAULT_STALE_AFTER,

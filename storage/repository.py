@@ -32,13 +32,7 @@ from uuid import UUID
 
 import msgspec
 
-from convstore.domain.conversation import (
-    Conversation,
-    ConversationState,
-    copy_state,
-    forked,
-    settle,
-)
+from convstore.domain.conversation import Conversation
 from convstore.domain.errors import (
     ConcurrencyConflict,
     ConversationNotFound,
@@ -48,6 +42,7 @@ from convstore.domain.errors import IntegrityError as UnreadableEvent
 from convstore.domain.events import EPOCH, Event, ResponseStarted, Started
 from convstore.domain.service import ConversationFilter, ConversationSummary
 from convstore.domain.settled import ActivityState, SettledItems, StoredResponse
+from convstore.domain.state import ConversationState, copy_state, forked, settle
 from convstore.domain.vocabulary import ConversationId
 from convstore.storage.catalogue import (
     TURN_STARTED,
@@ -80,7 +75,7 @@ DEFAULT_CACHE_ENTRIES = 250_000
 class _Snapshot(msgspec.Struct, array_like=True, tag=5):
     """A snapshot's layout: the state without its activities, then the activities.
 
-    Tag 5 since the state is settled (`domain.conversation.settle`: it keeps only the
+    Tag 5 since the state is settled (`domain.state.settle`: it keeps only the
     open items, the store's `settled` table the rest); tag 4 since it keeps the current
     title and labels, tag 3 each response's attempt. A snapshot of an earlier tag is
     passed over, and its conversation replayed from its events until the next snapshot."""
@@ -225,7 +220,7 @@ class EventRepository:
 
     def load(self, conversation_id: ConversationId) -> Conversation:
         """The conversation as of its newest event; raises ConversationNotFound. A fork
-        starts from its parent's state at the fork point (`domain.conversation.forked`)."""
+        starts from its parent's state at the fork point (`domain.state.forked`)."""
         if self.cache_size:
             cached = self._cached(conversation_id)
             if cached is not None:

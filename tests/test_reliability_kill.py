@@ -66,8 +66,8 @@ from convstore.domain import (
     ResponseStarted,
     UserMessage,
 )
-from convstore.domain.conversation import settle
 from convstore.domain.responses import ResponseRecorder
+from convstore.domain.state import settle
 from convstore.projections import portable, search
 from convstore.projections.search import SearchIndex
 from convstore.projections.verify import verify, verify_conversation

@@ -30,9 +30,9 @@ from convstore.domain import (
     ToolCallResponded,
     UserMessage,
 )
-from convstore.domain.conversation import settle
 from convstore.domain.errors import DuplicateId, ToolCallAlreadyAnswered, UnknownToolCall
 from convstore.domain.settled import SettledItems
+from convstore.domain.state import settle
 from convstore.storage import SQLiteLocation, Store, open_store, parse_location
 from convstore.storage.repository import StoreSettled, decode_snapshot, encode_snapshot
 from tests.test_domain_stateful import SETTINGS, ConversationMachine, InMemoryBackend
