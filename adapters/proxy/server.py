@@ -77,8 +77,17 @@ def is_loopback(host: str) -> bool:
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server, stopping on a signal without raising it again afterwards (the
-    command exits 0)."""
+    """uvicorn's server, telling `ready` once it listens (its signal handlers in place),
+    and stopping on a signal without raising it again afterwards (the command exits 0)."""
+
+    def __init__(self, config: uvicorn.Config, ready: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._ready = ready
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            self._ready()
 
     @contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
@@ -133,7 +142,7 @@ def serve(
         timeout_graceful_shutdown=grace,
         timeout_keep_alive=5,
     )
-    ready(f"[{bound[0]}]:{bound[1]}" if ":" in bound[0] else f"{bound[0]}:{bound[1]}")
+    address = f"[{bound[0]}]:{bound[1]}" if ":" in bound[0] else f"{bound[0]}:{bound[1]}"
     with listener:
-        _Server(config).run(sockets=[listener])
+        _Server(config, lambda: ready(address)).run(sockets=[listener])
     return recorder.close(COMMIT_WAIT)
