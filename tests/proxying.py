@@ -2,7 +2,7 @@
 127.0.0.1 (a free port), in a background thread, with every upstream pointed at one
 local replay server; and the example captures the SDK tests replay.
 
-    with running_proxy(store.service, upstream.url) as proxy:
+    with running_proxy(store, upstream.url) as proxy:
         client = anthropic.Anthropic(base_url=proxy.url, api_key="...")
 """
 
@@ -22,7 +22,7 @@ from convstore.adapters.proxy.app import ProxyApp
 from convstore.adapters.proxy.exchange import Recorder
 from convstore.adapters.proxy.server import Limits
 from convstore.adapters.wire.names import PROVIDERS
-from convstore.domain.service import ConversationService
+from convstore.storage import Store
 from tests.replay_server import EXAMPLES, Capture, captures
 
 __all__ = ["RunningProxy", "capture", "running_proxy"]
@@ -40,12 +40,12 @@ class RunningProxy:
 
 @contextmanager
 def running_proxy(
-    service: ConversationService | None, upstream: str, *, max_body_bytes: int | None = None
+    store: Store | None, upstream: str, *, max_body_bytes: int | None = None
 ) -> Iterator[RunningProxy]:
-    """The proxy in front of `upstream` (every provider's), recording into `service`
+    """The proxy in front of `upstream` (every provider's), recording into `store`
     (None: forwarding only); on exit it stops and waits for the recordings."""
     limits = Limits() if max_body_bytes is None else Limits(max_body_bytes=max_body_bytes)
-    recorder = Recorder(service, max_body_bytes=limits.max_body_bytes) if service else None
+    recorder = Recorder(store, max_body_bytes=limits.max_body_bytes) if store else None
     app = ProxyApp(
         recorder,
         dict.fromkeys(PROVIDERS, upstream),

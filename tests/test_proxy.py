@@ -140,7 +140,7 @@ def test_the_sdk_gets_what_it_gets_directly_and_the_store_holds_the_exchange(
         upstream.enqueue(_reply(found), _reply(found))
         direct = _call(provider, streamed, upstream.url, None)
         if via == "proxy":
-            with running_proxy(store.service, upstream.url) as proxy:
+            with running_proxy(store, upstream.url) as proxy:
                 recorded = _call(provider, streamed, proxy.url, None)
         else:
             with httpx2.Client(transport=recording_transport(store, httpx_module=httpx2)) as http:
@@ -167,7 +167,7 @@ def test_the_answer_arrives_byte_for_byte_compressed_or_not(
     sent = gzip.compress(reply.body) if coding == "gzip" else reply.body
     headers = {"content-encoding": "gzip"} if coding == "gzip" else {}
     path = found.path or "/v1/messages"
-    with ReplayServer() as upstream, running_proxy(store.service, upstream.url) as proxy:
+    with ReplayServer() as upstream, running_proxy(store, upstream.url) as proxy:
         upstream.enqueue(Reply(**{**reply.__dict__, "body": sent, "headers": headers}))
         with (
             httpx.Client() as http,
@@ -220,7 +220,7 @@ def contextlib_proxy(
 ) -> Iterator[tuple[str, httpx2.Client | None]]:
     """(base URL, http client) for a client through the proxy or the transport."""
     if via == "proxy":
-        with running_proxy(store.service, upstream) as proxy:
+        with running_proxy(store, upstream) as proxy:
             yield proxy.url, None
     else:
         with httpx2.Client(transport=recording_transport(store, httpx_module=httpx2)) as http:
@@ -278,7 +278,7 @@ def test_no_credential_reaches_the_store(store: Store, tmp_path: Path) -> None:
         for provider in ("anthropic", "openai", "google"):
             for streamed in (True, False):
                 upstream.enqueue(_reply(capture(CAPTURES[provider, streamed])))
-        with running_proxy(store.service, upstream.url) as proxy:
+        with running_proxy(store, upstream.url) as proxy:
             for provider in ("anthropic", "openai", "google"):
                 for streamed in (True, False):
                     _call(provider, streamed, proxy.url, None)
@@ -300,7 +300,7 @@ def test_no_credential_reaches_the_store(store: Store, tmp_path: Path) -> None:
 
 
 def test_other_paths_pass_through_unrecorded(store: Store) -> None:
-    with ReplayServer() as upstream, running_proxy(store.service, upstream.url) as proxy:
+    with ReplayServer() as upstream, running_proxy(store, upstream.url) as proxy:
         upstream.enqueue(Reply(body=b'{"input_tokens": 7}'), Reply(body=b'{"data": []}'))
         a = anthropic.Anthropic(api_key=ANTHROPIC_KEY, base_url=proxy.url, max_retries=0)
         counted = a.messages.count_tokens(
@@ -316,7 +316,7 @@ def test_other_paths_pass_through_unrecorded(store: Store) -> None:
 
 def test_a_google_sdk_error_passes_through(store: Store) -> None:
     found = capture("google/errors/1")
-    with ReplayServer() as upstream, running_proxy(store.service, upstream.url) as proxy:
+    with ReplayServer() as upstream, running_proxy(store, upstream.url) as proxy:
         upstream.enqueue(_reply(found))
         g = genai.Client(
             api_key=GOOGLE_KEY, http_options=genai_types.HttpOptions(base_url=proxy.url)

@@ -101,7 +101,7 @@ def proxy(args: argparse.Namespace, session: Session) -> int:
         connect_timeout=args.connect_timeout,
         read_timeout=args.read_timeout,
     )
-    service = session.service
+    store = session.store
     if not server.is_loopback(host):
         session.err.line(
             f"{PROG}: warning: listening on {host}, which other machines may reach: anyone"
@@ -113,7 +113,7 @@ def proxy(args: argparse.Namespace, session: Session) -> int:
         session.out.flush()
 
     lost = server.serve(
-        service,
+        store,
         host=host,
         port=port,
         upstreams=upstreams,

@@ -180,11 +180,11 @@ class ProxyApp:
             cut = UPSTREAM_LOST
             log.warning("proxy: the upstream broke off an answer: %s", _kind(error))
         finally:
+            if exchange is not None:  # before any await: the client may ask again at once
+                exchange.end(cut)
             watcher.cancel()
             with suppress(asyncio.CancelledError):
                 await watcher
-            if exchange is not None:
-                exchange.end(cut)
 
 
 async def _body(receive: Receive, cap: int) -> bytes | None:

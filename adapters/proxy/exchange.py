@@ -5,7 +5,9 @@ The stream hands each raw chunk to a `Feed` and goes on at once: a feed never bl
 and is bounded by the bytes waiting in it. The exchange's own thread inflates a copy
 (gzip, deflate: `http.codings`, capped at `max_body_bytes`), decodes it with the
 provider's decoder and records the drafts through `recording.live.record_live` (the
-writer thread `ask` uses), in the conversation `threads.place` finds. When the recording
+writer thread `ask` uses), in the conversation `threads.place` finds, then indexes the
+conversation as it then reads (`prefixes`), so the next request continuing it finds it.
+When the recording
 falls more than the cap behind, the feed stops taking chunks and the response is recorded
 as far as it got, ended `failed` (`recorder_overloaded`); the stream is never slowed.
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Final
 
@@ -28,6 +31,7 @@ import msgspec
 
 from convstore.adapters.http.codings import content_codings, inflate
 from convstore.adapters.http.transport import DEFAULT_MAX_BODY_BYTES, MAX_ERROR_BODY_BYTES
+from convstore.adapters.proxy.prefixes import PrefixIndex
 from convstore.adapters.proxy.threads import Placement, place, recorded_request
 from convstore.adapters.recording.live import record_live
 from convstore.adapters.wire.providers import adapter
@@ -36,11 +40,15 @@ from convstore.domain.events import Event, ResponseEnded
 from convstore.domain.responses import ResponseOutcome
 from convstore.domain.service import ConversationService
 from convstore.domain.vocabulary import ConversationId, ErrorInfo
+from convstore.storage import Store
 
 __all__ = ["Exchange", "Feed", "Recorded", "Recorder"]
 
 log = logging.getLogger("convstore.proxy")
 
+SETTLE_WAIT: Final = 10.0
+"""Seconds a recording waits for the exchanges answered before its request arrived (the
+request may continue one of them) to be recorded, before it is placed."""
 RACE_RETRIES: Final = 3
 """How often a recording whose conversation moved on before its first commit places the
 request again."""
@@ -156,6 +164,11 @@ class Exchange:
         self.result: Recorded | None = None
         """The recording, once it ended (None when it failed: see the log)."""
         self.done = threading.Event()
+        self.answered = False
+        """Whether its client has the whole answer (the stream ended, not yet recorded)."""
+        self.after: list[Exchange] = []
+        """Exchanges answered, not yet recorded, when this one was opened: it may continue
+        one of them, so it is placed once they are recorded (within `SETTLE_WAIT`)."""
 
     def begin(self, status: int, headers: Mapping[str, str]) -> None:
         """The upstream answered with `status` and (lower-cased) `headers`: record."""
@@ -170,6 +183,7 @@ class Exchange:
 
     def end(self, cut: str = "") -> None:
         """The answer ended; `cut` (an `end_reason`) when it stopped before its end."""
+        self.answered = not cut
         self._feed.end(cut)
         if self._thread is None:
             self._recorder.forget(self)
@@ -215,8 +229,13 @@ class Exchange:
         ) -> tuple[ConversationId, ResponseOutcome]:
             nonlocal placed
             service = self._recorder.service
+            deadline = time.monotonic() + SETTLE_WAIT
+            for earlier in self.after:
+                earlier.wait(max(0.0, deadline - time.monotonic()))
             for attempt in range(RACE_RETRIES + 1):
-                placed = place(service, self.provider, request, pinned=self._pinned)
+                placed = place(
+                    service, self._recorder.index, self.provider, request, pinned=self._pinned
+                )
                 try:
                     return service.ingest_exchange(
                         placed.conversation_id,
@@ -233,6 +252,8 @@ class Exchange:
 
         _, (conversation_id, outcome) = record_live(taken, record)
         assert placed is not None
+        service = self._recorder.service
+        self._recorder.index.add(conversation_id, service.history(conversation_id))
         return Recorded(conversation_id=conversation_id, outcome=outcome, placement=placed.how)
 
     def _inflated_request(self) -> bytes:
@@ -303,13 +324,13 @@ class _Counted:
 
 
 class Recorder:
-    """Records exchanges into `service`, each on its own thread; `close` waits for those
+    """Records exchanges into `store`, each on its own thread; `close` waits for those
     still open. Shared by the proxy and the recording transport."""
 
-    def __init__(
-        self, service: ConversationService, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    ) -> None:
-        self.service = service
+    def __init__(self, store: Store, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+        self.service: ConversationService = store.service
+        self.index = PrefixIndex(store.recorder)
+        """Where recorded conversations are found again (`prefixes`)."""
         self.max_body_bytes = max_body_bytes
         """The cap on one decoded body, and on the bytes a recording may fall behind."""
         self._open: set[Exchange] = set()
@@ -327,6 +348,7 @@ class Recorder:
         """A new exchange of `provider` for the request body `request`."""
         exchange = Exchange(self, provider, request, request_headers, model=model, pinned=pinned)
         with self._lock:
+            exchange.after = [e for e in self._open if e.answered]
             self._open.add(exchange)
         return exchange
 

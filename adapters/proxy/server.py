@@ -25,7 +25,7 @@ from convstore.adapters.http.transport import DEFAULT_MAX_BODY_BYTES
 from convstore.adapters.proxy.app import ProxyApp
 from convstore.adapters.proxy.exchange import Recorder
 from convstore.domain.errors import ConfigurationError
-from convstore.domain.service import ConversationService
+from convstore.storage import Store
 
 __all__ = ["DEFAULT_LISTEN", "Limits", "is_loopback", "listen_address", "serve"]
 
@@ -104,7 +104,7 @@ class _Server(uvicorn.Server):
 
 
 def serve(
-    service: ConversationService,
+    store: Store,
     *,
     host: str,
     port: int,
@@ -127,7 +127,7 @@ def serve(
             f"cannot listen on {host}:{port}: {error.strerror or error}"
         ) from None
     bound = listener.getsockname()
-    recorder = Recorder(service, max_body_bytes=limits.max_body_bytes)
+    recorder = Recorder(store, max_body_bytes=limits.max_body_bytes)
     app = ProxyApp(recorder, upstreams, limits.client(), max_request_bytes=limits.max_body_bytes)
     config = uvicorn.Config(
         app,

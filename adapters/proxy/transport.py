@@ -29,7 +29,6 @@ from convstore.adapters.proxy.exchange import DISCONNECTED, UPSTREAM_LOST, Excha
 from convstore.adapters.proxy.routes import route
 from convstore.adapters.proxy.threads import PIN_HEADER
 from convstore.domain.errors import ConfigurationError
-from convstore.domain.service import ConversationService
 from convstore.storage import Store
 
 __all__ = ["recording_transport"]
@@ -166,14 +165,14 @@ def _package(name: str) -> ModuleType:
 
 
 def recording_transport(
-    store: Store | ConversationService,
+    store: Store,
     *,
     wrapped: Any = None,
     asynchronous: bool = False,
     httpx_module: ModuleType | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> Any:
-    """A transport recording into `store` (an open `Store`, or its service), for a sync
+    """A transport recording into `store` (an open `Store`), for a sync
     client (`asynchronous=True`: an async one) of `httpx_module` (`httpx` or `httpx2`;
     default `wrapped`'s package, else `httpx`), wrapping `wrapped` (default: the
     package's own `HTTPTransport`); its `recorder` holds the recordings in flight."""
@@ -183,7 +182,6 @@ def recording_transport(
     if wrapped is None:
         kind = "AsyncHTTPTransport" if asynchronous else "HTTPTransport"
         wrapped = getattr(httpx_module, kind)()
-    service = store.service if isinstance(store, Store) else store
-    recorder = Recorder(service, max_body_bytes=max_body_bytes)
+    recorder = Recorder(store, max_body_bytes=max_body_bytes)
     made = (_ASYNC_TRANSPORTS if asynchronous else _TRANSPORTS)[httpx_module]
     return made(recorder, wrapped, httpx_module)
