@@ -326,3 +326,72 @@ def test_a_google_sdk_error_passes_through(store: Store) -> None:
     assert raised.value.code == found.status
     [events] = _events(store)
     assert _ends(events)[0].state == "failed"
+
+
+def _long_stream(deltas: int) -> bytes:
+    """An Anthropic stream of one text block in `deltas` pieces."""
+
+    def event(kind: str, data: dict[str, Any]) -> bytes:
+        return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
+
+    message = {
+        "id": "msg_long_overload",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-5",
+        "content": [],
+        "stop_reason": None,
+        "usage": {"input_tokens": 5, "output_tokens": 1},
+    }
+    text = {"type": "text_delta", "text": "All work and no play makes Jack a dull boy. "}
+    return b"".join(
+        [
+            event("message_start", {"message": message}),
+            event(
+                "content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}
+            ),
+            *(event("content_block_delta", {"index": 0, "delta": text}) for _ in range(deltas)),
+            event("content_block_stop", {"index": 0}),
+            event(
+                "message_delta",
+                {"delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 9}},
+            ),
+            event("message_stop", {}),
+        ]
+    )
+
+
+def test_a_recorder_too_far_behind_never_slows_the_client_and_ends_failed(
+    store: Store, tmp_path: Path
+) -> None:
+    """The writer is held up (another writer holds the store's lock) while the answer
+    streams past the cap: the client gets all of it, the recording what arrived before,
+    ended `failed` (`recorder_overloaded`)."""
+    body = _long_stream(400)
+    cap = 8 * 1024
+    assert len(body) > 4 * cap
+    blocker = sqlite3.connect(tmp_path / "store.db", isolation_level=None)
+    with (
+        ReplayServer() as upstream,
+        running_proxy(store, upstream.url, max_body_bytes=cap) as proxy,
+    ):
+        upstream.enqueue(Reply(body=body, content_type="text/event-stream", pause=0.0005))
+        blocker.execute("BEGIN IMMEDIATE")
+        try:
+            got = httpx.post(
+                proxy.url + "/v1/messages",
+                json={
+                    "model": "m",
+                    "max_tokens": 9,
+                    "messages": [{"role": "user", "content": "Go"}],
+                },
+                timeout=30,
+            ).content
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+    assert got == body
+    [events] = _events(store)
+    [end] = _ends(events)
+    assert end.state == "failed"
+    assert end.error is not None and end.error.type == "recorder_overloaded"

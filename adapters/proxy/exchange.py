@@ -2,12 +2,13 @@
 (the proxy's event loop, or an SDK's thread through the transport) to the recording core.
 
 The stream hands each raw chunk to a `Feed` and goes on at once: a feed never blocks
-and is bounded by the bytes waiting in it. The exchange's own thread inflates a copy
-(gzip, deflate: `http.codings`, capped at `max_body_bytes`), decodes it with the
-provider's decoder and records the drafts through `recording.live.record_live` (the
-writer thread `ask` uses), in the conversation `threads.place` finds, then indexes the
-conversation as it then reads (`prefixes`), so the next request continuing it finds it.
-When the recording
+and is bounded by the bytes waiting in it. The feed is the writer's queue: the exchange's
+own thread (its writer) inflates a copy (gzip, deflate: `http.codings`, capped at
+`max_body_bytes`), decodes it with the provider's decoder and records the drafts with
+`ingest_exchange` (history and first blocks in one transaction, then each block boundary
+where no chunk waits, as `ask`'s writer does), in the conversation `threads.place` finds;
+then it indexes the conversation as it then reads (`prefixes`), so the next request
+continuing it finds it. When the recording
 falls more than the cap behind, the feed stops taking chunks and the response is recorded
 as far as it got, ended `failed` (`recorder_overloaded`); the stream is never slowed.
 
@@ -24,7 +25,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Final
 
 import msgspec
@@ -32,8 +33,7 @@ import msgspec
 from convstore.adapters.http.codings import content_codings, inflate
 from convstore.adapters.http.transport import DEFAULT_MAX_BODY_BYTES, MAX_ERROR_BODY_BYTES
 from convstore.adapters.proxy.prefixes import PrefixIndex
-from convstore.adapters.proxy.threads import Placement, place, recorded_request
-from convstore.adapters.recording.live import record_live
+from convstore.adapters.proxy.threads import place, recorded_request
 from convstore.adapters.wire.providers import adapter
 from convstore.domain.errors import ConcurrencyConflict, ConvstoreError, DecodeError
 from convstore.domain.events import Event, ResponseEnded
@@ -109,6 +109,10 @@ class Feed:
         self.failure = failure
         self._closed = True
         self._queue.put(None)
+
+    def waiting(self) -> bool:
+        """Whether a chunk is waiting (the recorder then batches on: see `ready`)."""
+        return not self._queue.empty()
 
     def chunks(self) -> Iterator[bytes]:
         """The chunks as they are put, until the feed ends or stops."""
@@ -220,40 +224,35 @@ class Exchange:
         body: bytes | Iterable[bytes] = chunks
         if self._status >= 400:  # an error answer is read whole, under its own cap
             body = b"".join(chunks)
-        drafts = self._marked(provider.decode(body, request, self._status))
-        taken = _Counted(drafts)
-        placed: Placement | None = None
-
-        def record(
-            events: Iterable[Event], ready: Callable[[], bool]
-        ) -> tuple[ConversationId, ResponseOutcome]:
-            nonlocal placed
-            service = self._recorder.service
-            deadline = time.monotonic() + SETTLE_WAIT
-            for earlier in self.after:
-                earlier.wait(max(0.0, deadline - time.monotonic()))
-            for attempt in range(RACE_RETRIES + 1):
-                placed = place(
-                    service, self._recorder.index, self.provider, request, pinned=self._pinned
-                )
-                try:
-                    return service.ingest_exchange(
-                        placed.conversation_id,
-                        placed.history,
-                        events,
-                        at_version=placed.version,
-                        title=placed.title,
-                        ready=ready,
-                    )
-                except ConcurrencyConflict:
-                    if attempt == RACE_RETRIES or taken.count > 1:
-                        raise
-            raise AssertionError("unreachable")
-
-        _, (conversation_id, outcome) = record_live(taken, record)
-        assert placed is not None
+        drafts = _Counted(self._marked(provider.decode(body, request, self._status)))
         service = self._recorder.service
+        deadline = time.monotonic() + SETTLE_WAIT
+        for earlier in self.after:
+            earlier.wait(max(0.0, deadline - time.monotonic()))
+        for attempt in range(RACE_RETRIES + 1):
+            placed = place(
+                service, self._recorder.index, self.provider, request, pinned=self._pinned
+            )
+            try:
+                conversation_id, outcome = service.ingest_exchange(
+                    placed.conversation_id,
+                    placed.history,
+                    drafts,
+                    at_version=placed.version,
+                    title=placed.title,
+                    ready=self._feed.waiting,
+                )
+                break
+            except ConcurrencyConflict:  # moved on before the first commit: place it again
+                if attempt == RACE_RETRIES or drafts.count:
+                    raise
         self._recorder.index.add(conversation_id, service.history(conversation_id))
+        if self._feed.failure is not None:
+            log.warning(
+                "proxy: a %s response was recorded only as far as it got (%s)",
+                self.provider,
+                self._feed.failure.type,
+            )
         return Recorded(conversation_id=conversation_id, outcome=outcome, placement=placed.how)
 
     def _inflated_request(self) -> bytes:
