@@ -13,7 +13,7 @@ with a direct connection to the same upstream, in the same run, interleaved:
   p99 ≤ 2 ms added, shown beside the spread of two direct runs (what the measure's own
   noise is);
 - 10e: throughput of 50 concurrent paced streams (wall time for all of them), direct /
-  proxied; target ≥ 0.9×.
+  proxied; target >= 0.9x.
 
 The added figures are absolute (milliseconds): their "ratio" column is proxied /
 direct, their status judged on the added milliseconds.
@@ -133,7 +133,7 @@ def proxy_figures(sizes: Sizes, folder: Path) -> list[Figure]:
         latency: dict[str, list[float]] = {"direct": [], "proxy": [], "direct2": []}
         urls = {"direct": direct, "proxy": proxy, "direct2": direct}
         with httpx.Client(timeout=60) as http:
-            for name, url in urls.items():  # warm up: connections, the proxy's first store work
+            for url in urls.values():  # warm up: connections, the proxy's first store work
                 _one(http, url, -1)
             for i in range(rounds):
                 names = list(urls)
