@@ -25,7 +25,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Final
 
 import msgspec
@@ -49,6 +49,8 @@ log = logging.getLogger("convstore.proxy")
 SETTLE_WAIT: Final = 10.0
 """Seconds a recording waits for the exchanges answered before its request arrived (the
 request may continue one of them) to be recorded, before it is placed."""
+WRITERS: Final = 256
+"""Exchanges recorded at once (more wait their turn, their answers buffered in their feed)."""
 RACE_RETRIES: Final = 3
 """How often a recording whose conversation moved on before its first commit places the
 request again."""
@@ -164,7 +166,7 @@ class Exchange:
         self._feed = Feed(recorder.max_body_bytes)
         self._status = 200
         self._coding_header = ""
-        self._thread: threading.Thread | None = None
+        self._begun = False
         self.result: Recorded | None = None
         """The recording, once it ended (None when it failed: see the log)."""
         self.done = threading.Event()
@@ -178,8 +180,8 @@ class Exchange:
         """The upstream answered with `status` and (lower-cased) `headers`: record."""
         self._status = status
         self._coding_header = headers.get("content-encoding", "")
-        self._thread = threading.Thread(target=self._run, name="convstore-proxy", daemon=True)
-        self._thread.start()
+        self._begun = True
+        self._recorder.run(self._run)
 
     def feed(self, chunk: bytes) -> None:
         """The answer's next raw chunk (as it came off the wire); never blocks."""
@@ -189,7 +191,7 @@ class Exchange:
         """The answer ended; `cut` (an `end_reason`) when it stopped before its end."""
         self.answered = not cut
         self._feed.end(cut)
-        if self._thread is None:
+        if not self._begun:
             self._recorder.forget(self)
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -334,6 +336,11 @@ class Recorder:
         """The cap on one decoded body, and on the bytes a recording may fall behind."""
         self._open: set[Exchange] = set()
         self._lock = threading.Lock()
+        self._writers = _Writers(WRITERS)
+
+    def run(self, recording: Callable[[], None]) -> None:
+        """Run one exchange's recording on a writer thread."""
+        self._writers.submit(recording)
 
     def open(
         self,
@@ -370,3 +377,33 @@ class Recorder:
         for exchange in still:
             exchange.end(INTERRUPTED)
         return sum(not exchange.wait(timeout) for exchange in still)
+
+
+class _Writers:
+    """Daemon threads that run recordings, at most `most` at once, each kept for the next
+    (with its store connections) rather than started per exchange."""
+
+    def __init__(self, most: int) -> None:
+        self._tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._most = most
+        self._threads = 0
+        self._idle = 0
+        self._lock = threading.Lock()
+
+    def submit(self, task: Callable[[], None]) -> None:
+        """Run `task` on an idle thread, a new one, or the next to be free."""
+        with self._lock:
+            start = self._idle == 0 and self._threads < self._most
+            if start:
+                self._threads += 1
+            elif self._idle:
+                self._idle -= 1
+        self._tasks.put(task)
+        if start:
+            threading.Thread(target=self._work, name="convstore-proxy", daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            self._tasks.get()()
+            with self._lock:
+                self._idle += 1
