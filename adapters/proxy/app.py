@@ -140,8 +140,6 @@ class ProxyApp:
     ) -> None:
         """Send the answer on as it arrives, copying it to `exchange`; a client that goes
         away cancels it (and so the upstream request)."""
-        if exchange is not None:
-            exchange.begin(response.status_code, response.headers)
         relay = asyncio.current_task()
         assert relay is not None
         gone = asyncio.Event()
@@ -154,6 +152,7 @@ class ProxyApp:
 
         watcher = asyncio.create_task(watch())
         cut = ""
+        begun = False
         try:
             await send(
                 {
@@ -169,6 +168,8 @@ class ProxyApp:
             async for chunk in response.aiter_raw():
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 if exchange is not None:
+                    if not begun:  # after the first byte went on: the recording's work waits
+                        begun = _begin(exchange, response)
                     exchange.feed(chunk)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:
@@ -181,10 +182,17 @@ class ProxyApp:
             log.warning("proxy: the upstream broke off an answer: %s", _kind(error))
         finally:
             if exchange is not None:  # before any await: the client may ask again at once
+                if not begun:
+                    _begin(exchange, response)
                 exchange.end(cut)
             watcher.cancel()
             with suppress(asyncio.CancelledError):
                 await watcher
+
+
+def _begin(exchange: Exchange, response: httpx.Response) -> bool:
+    exchange.begin(response.status_code, response.headers)
+    return True
 
 
 async def _body(receive: Receive, cap: int) -> bytes | None:

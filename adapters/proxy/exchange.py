@@ -49,6 +49,8 @@ log = logging.getLogger("convstore.proxy")
 SETTLE_WAIT: Final = 10.0
 """Seconds a recording waits for the exchanges answered before its request arrived (the
 request may continue one of them) to be recorded, before it is placed."""
+COALESCE: Final = 0.02
+"""Seconds a writer that caught up with its stream pauses before it waits for more."""
 WRITERS: Final = 256
 """Exchanges recorded at once (more wait their turn, their answers buffered in their feed)."""
 RACE_RETRIES: Final = 3
@@ -117,9 +119,15 @@ class Feed:
         return not self._queue.empty()
 
     def chunks(self) -> Iterator[bytes]:
-        """The chunks as they are put, until the feed ends or stops."""
+        """The chunks as they are put, until the feed ends or stops: the ones waiting at
+        once, then, before waiting for more, a pause of `COALESCE` seconds, so a paced
+        stream wakes its writer once per pause rather than once per chunk."""
         while True:
-            chunk = self._queue.get()
+            try:
+                chunk = self._queue.get_nowait()
+            except queue.Empty:
+                time.sleep(COALESCE)
+                chunk = self._queue.get()
             if chunk is None:
                 return
             with self._lock:
