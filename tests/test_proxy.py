@@ -32,6 +32,7 @@ from google.genai import errors as genai_errors
 from google.genai import types as genai_types
 
 from convstore.adapters.proxy import recording_transport
+from convstore.adapters.proxy.routes import Route, route
 from convstore.domain.events import Event, ResponseEnded, ResponseStarted, UserMessage
 from convstore.storage import Store, open_store
 from tests.proxying import capture, running_proxy
@@ -395,3 +396,91 @@ def test_a_recorder_too_far_behind_never_slows_the_client_and_ends_failed(
     [end] = _ends(events)
     assert end.state == "failed"
     assert end.error is not None and end.error.type == "recorder_overloaded"
+
+
+@pytest.mark.parametrize(
+    ("path", "provider", "recorded", "model"),
+    [
+        ("/v1/messages", "anthropic", True, ""),
+        ("/v1/messages/count_tokens", "anthropic", False, ""),
+        ("/v1/responses", "openai", True, ""),
+        ("/v1/responses/compact", "openai", True, ""),
+        ("/v1/files", "openai", False, ""),
+        ("/v1beta/models/gemini-2.5-flash:generateContent", "google", True, "gemini-2.5-flash"),
+        ("/v1beta/models/gemini-2.5-pro:streamGenerateContent", "google", True, "gemini-2.5-pro"),
+        ("/v1beta/models/gemini-2.5-pro:countTokens", "google", False, ""),
+        (
+            "/v1/projects/p-1/locations/europe-west4/publishers/google/models/"
+            "gemini-2.5-pro:streamGenerateContent",
+            "google",
+            True,
+            "gemini-2.5-pro",
+        ),
+    ],
+)
+def test_the_model_paths_are_recorded_and_the_others_pass_through(
+    path: str, provider: str, recorded: bool, model: str
+) -> None:
+    found = route(path, {})
+    assert found == Route(provider, recorded=recorded, model=model)
+
+
+def test_a_path_no_provider_serves_is_refused(store: Store) -> None:
+    with ReplayServer() as upstream, running_proxy(store, upstream.url) as proxy:
+        answer = httpx.get(proxy.url + "/admin", timeout=10)
+        assert upstream.requests == []
+    assert answer.status_code == 404
+
+
+def test_vertex_gemini_is_recorded_with_its_model(store: Store) -> None:
+    found = capture("google/errors/2")
+    path = (
+        "/v1/projects/p-1/locations/europe-west4/publishers/google/models/"
+        "gemini-2.5-flash:generateContent"
+    )
+    with ReplayServer() as upstream, running_proxy(store, upstream.url) as proxy:
+        upstream.enqueue(_reply(found))
+        answer = httpx.post(
+            proxy.url + path,
+            content=found.request,
+            headers={"authorization": "Bearer ya29.vertex-token"},
+            timeout=30,
+        )
+        assert upstream.requests[0].path == path
+        assert upstream.requests[0].headers["authorization"] == "Bearer ya29.vertex-token"
+    assert answer.content == found.body
+    [events] = _events(store)
+    [started] = _started(events)
+    assert started.provider == "google"
+    assert started.model.startswith("gemini-2.5-flash")
+
+
+@pytest.mark.parametrize("via", ["proxy", "transport"])
+def test_an_upstream_that_dies_mid_stream_is_recorded_abandoned(store: Store, via: str) -> None:
+    reply = _reply(capture(CAPTURES["anthropic", True]))
+    assert isinstance(reply.body, bytes)
+    cut = len(reply.body) // 2
+    with ReplayServer() as upstream:
+        upstream.enqueue(Reply(**{**reply.__dict__, "cut_after": cut}))
+        with contextlib_proxy(store, upstream.url, via) as (url, http):
+            client = http if http is not None else httpx2.Client()
+            got = b""
+            with (
+                pytest.raises((httpx2.HTTPError, httpx2.StreamError)),
+                client.stream(
+                    "POST",
+                    url + "/v1/messages",
+                    json={
+                        "model": "m",
+                        "max_tokens": 9,
+                        "messages": [{"role": "user", "content": "Go"}],
+                    },
+                ) as response,
+            ):
+                for chunk in response.iter_raw():
+                    got += chunk
+    assert got == reply.body[:cut]
+    [events] = _events(store)
+    [end] = _ends(events)
+    assert end.state == "abandoned"
+    assert end.end_reason == "upstream_lost"

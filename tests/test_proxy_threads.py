@@ -307,3 +307,33 @@ def test_the_transport_threads_for_an_sdk_too(store: Store) -> None:
             client.messages.create(**second)
     [events] = _conversations(store)
     assert [type(e) for e in events if isinstance(e, ResponseEnded)] == [ResponseEnded] * 2
+
+
+def test_a_tie_goes_first_to_the_exact_match_on_opaque_values(store: Store) -> None:
+    """Two conversations hold the same text, but only the older one the thinking signature
+    the request sends back: the request continues that one, not the most recent."""
+    first, second = _sequence("anthropic", "thinking_tool_roundtrip")
+    original = _reply(first)
+    assert isinstance(original.body, bytes) and b'"signature":"' in original.body
+    copy = original.body.replace(b"msg_", b"msg_copy_").replace(
+        b'"signature":"', b'"signature":"Other'
+    )
+    with ReplayServer() as upstream, running_proxy(store, upstream.url) as proxy:
+        upstream.enqueue(original, Reply(**{**original.__dict__, "body": copy}), _reply(second))
+        _post(proxy.url, first, "anthropic")
+        _post(proxy.url, first, "anthropic")
+        _post(proxy.url, second, "anthropic")
+    older, newer = (store.service.history(s.id) for s in store.service.list())
+    assert len(_responses(older)) == 2
+    assert len(_responses(newer)) == 1
+
+
+def test_threading_works_on_both_backends(store_url: str) -> None:
+    sequence = _sequence("anthropic", "thinking_tool_roundtrip")
+    with open_store(store_url) as opened:
+        with ReplayServer() as upstream, running_proxy(opened, upstream.url) as proxy:
+            upstream.enqueue(*(_reply(c) for c in sequence))
+            for found in sequence:
+                _post(proxy.url, found, "anthropic")
+        [events] = [list(opened.service.history(s.id)) for s in opened.service.list()]
+    assert len(_responses(events)) == 2
