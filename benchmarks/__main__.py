@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
 
-from benchmarks import decoding, live, mapper, peers, postgres, search, startup, storage
+from benchmarks import decoding, live, mapper, peers, postgres, proxy, search, startup, storage
 from benchmarks.common import Figure, Sizes, render_table
 
 FAMILIES: dict[str, Callable[[Sizes, Path], list[Figure]]] = {
@@ -34,6 +34,7 @@ FAMILIES: dict[str, Callable[[Sizes, Path], list[Figure]]] = {
     "search": search.search_figures,
     "decoding": decoding.decoding_figures,
     "live": live.live_figures,
+    "proxy": proxy.proxy_figures,
     "startup": startup.startup_figures,
     "peers": peers.peers_figures,
 }

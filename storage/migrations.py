@@ -12,7 +12,8 @@ the schema it holds. The rules, as well-kept SQLite tools have them:
   re-checked under the lock so concurrent writers apply each exactly once.
 - **A reader never migrates.** A read-only reader reads a store that lacks only
   migrations that say readers can do without them (`readable_without`: `0002_responses`,
-  `0003_catalogue` and `0004_settled` each add a table the reader does without); otherwise
+  `0003_catalogue`, `0004_settled` and `0005_prefixes` each add a table the reader does
+  without); otherwise
   it refuses,
   naming the migrations and `convstore migrate`.
 - **A newer store is refused.** A store that has applied a migration this version does not
@@ -334,6 +335,26 @@ _SETTLED_POSTGRES: Final = (
 """The items a snapshot's state let go (`domain.settled`), at the snapshot's version. The
 table starts empty: a conversation's snapshots written before it hold every item."""
 
+_PREFIXES_SQLITE: Final = (
+    "CREATE TABLE IF NOT EXISTS prefix_key ("
+    " id INTEGER PRIMARY KEY CHECK (id = 1), key BLOB NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS prefixes ("
+    " position INTEGER PRIMARY KEY, digest BLOB NOT NULL, opaque BLOB NOT NULL,"
+    " originator_id BLOB NOT NULL, version INTEGER NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS prefixes_digest ON prefixes (digest)",
+)
+_PREFIXES_POSTGRES: Final = (
+    "CREATE TABLE IF NOT EXISTS {s}.prefix_key ("
+    " id integer PRIMARY KEY CHECK (id = 1), key bytea NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS {s}.prefixes ("
+    " position bigserial PRIMARY KEY, digest bytea NOT NULL, opaque bytea NOT NULL,"
+    " originator_id uuid NOT NULL, version bigint NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS prefixes_digest ON {s}.prefixes (digest)",
+)
+"""Keyed digests of recorded conversations' message sequences (`storage.prefixes`), so a
+request continuing one is found by its prefixes' digests, never by a scan; `prefix_key`
+holds the store's key (made on first use), so a digest confirms no guessed content."""
+
 MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration("0001_initial", sqlite=_INITIAL_SQLITE, postgres=_INITIAL_POSTGRES),
     Migration(
@@ -353,6 +374,13 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         "0004_settled",
         sqlite=_SETTLED_SQLITE,
         postgres=_SETTLED_POSTGRES,
+        readable_without=True,
+    ),
+    # Readable without: only the proxy's threading reads it.
+    Migration(
+        "0005_prefixes",
+        sqlite=_PREFIXES_SQLITE,
+        postgres=_PREFIXES_POSTGRES,
         readable_without=True,
     ),
 )

@@ -25,6 +25,7 @@ refuses a repeated or lower position atomically, as eventsourcing's recorder doe
 
 from __future__ import annotations
 
+import secrets
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -63,6 +64,7 @@ from convstore.storage.recorder import (
     AppliedMigration,
     ConversationRecorder,
     FirstEvent,
+    PrefixRow,
     ResponseRow,
     SnapshotRecord,
 )
@@ -437,6 +439,27 @@ class PostgresRecorder(ConversationRecorder):
         rows = self._fetch(self._sql["responses"], (provider, server, response_id))
         return [ResponseRow(provider, server, response_id, *row) for row in rows]
 
+    def prefix_key(self) -> bytes:
+        """The store's key for prefix digests, made (at random) on first use."""
+        rows = self._fetch(self._sql["prefix_key"])
+        if not rows:
+            with self._using() as connection:
+                connection.execute(self._sql["insert_prefix_key"], (secrets.token_bytes(32),))
+            rows = self._fetch(self._sql["prefix_key"])
+        return bytes(rows[0][0])
+
+    def insert_prefix(
+        self, digest: bytes, opaque: bytes, originator_id: UUID, version: int
+    ) -> None:
+        """Index a conversation at `version` (of its reading) by its digests."""
+        with self._using() as connection:
+            connection.execute(self._sql["insert_prefix"], (digest, opaque, originator_id, version))
+
+    def select_prefixes(self, digests: Sequence[bytes]) -> list[PrefixRow]:
+        """The indexed conversations whose digest is one of `digests`, newest first."""
+        rows = self._fetch(self._sql["prefixes"], (list(digests),))
+        return [PrefixRow(bytes(d), bytes(o), _uuid(k), int(v), int(p)) for d, o, k, v, p in rows]
+
     def select_settled(
         self, originator_id: UUID, keys: Sequence[str], upto: int
     ) -> dict[str, bytes]:
@@ -662,6 +685,12 @@ _STATEMENTS = {
     "states": "SELECT originator_version, state FROM {s}.events"
     " WHERE originator_id = %s AND originator_version > %s ORDER BY originator_version",
     "snapshot": "SELECT version, state FROM {s}.snapshots WHERE originator_id = %s",
+    "prefix_key": "SELECT key FROM {s}.prefix_key",
+    "insert_prefix_key": "INSERT INTO {s}.prefix_key VALUES (1, %s) ON CONFLICT DO NOTHING",
+    "insert_prefix": "INSERT INTO {s}.prefixes (digest, opaque, originator_id, version)"
+    " VALUES (%s, %s, %s, %s)",
+    "prefixes": "SELECT digest, opaque, originator_id, version, position FROM {s}.prefixes"
+    " WHERE digest = ANY(%s) ORDER BY position DESC",
     "insert_settled": "INSERT INTO {s}.settled SELECT %s, u.key, %s, u.value"
     " FROM unnest(%s::text[], %s::bytea[]) AS u(key, value)",
     "settled": "SELECT key, value FROM {s}.settled WHERE originator_id = %s"

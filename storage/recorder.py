@@ -58,6 +58,19 @@ class ResponseRow(msgspec.Struct, frozen=True):
     """Its ResponseStarted's version there."""
 
 
+class PrefixRow(msgspec.Struct, frozen=True):
+    """A conversation indexed by a prefix digest (`0005_prefixes`)."""
+
+    digest: bytes
+    opaque: bytes
+    """The digest with the opaque values (signatures, ids) too: a tie's first test."""
+    originator_id: UUID
+    version: int
+    """The version of the conversation's reading the digests were taken at."""
+    position: int
+    """Its place in the index: higher is more recent."""
+
+
 class AppliedMigration(msgspec.Struct, frozen=True):
     """One migration a store records (`storage.migrations`)."""
 
@@ -150,6 +163,20 @@ class ConversationRecorder(ApplicationRecorder, TrackingRecorder, ABC):
     @abstractmethod
     def select_states(self, originator_id: UUID, *, gt: int = 0) -> list[tuple[int, bytes]]:
         """(version, stored bytes) of one conversation's events after version `gt`, in order."""
+
+    @abstractmethod
+    def prefix_key(self) -> bytes:
+        """The store's key for prefix digests (`0005_prefixes`), made on first use."""
+
+    @abstractmethod
+    def insert_prefix(
+        self, digest: bytes, opaque: bytes, originator_id: UUID, version: int
+    ) -> None:
+        """Index a conversation at `version` (of its reading) by its digests."""
+
+    @abstractmethod
+    def select_prefixes(self, digests: Sequence[bytes]) -> list[PrefixRow]:
+        """The indexed conversations whose digest is one of `digests`, newest first."""
 
     @abstractmethod
     def select_settled(

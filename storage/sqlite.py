@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import random
+import secrets
 import sqlite3
 import threading
 import time
@@ -43,6 +44,7 @@ from convstore.storage.recorder import (
     AppliedMigration,
     ConversationRecorder,
     FirstEvent,
+    PrefixRow,
     ResponseRow,
     SnapshotRecord,
 )
@@ -51,6 +53,8 @@ BUSY_TIMEOUT_MS = 5000
 """How long a writer waits for another's lock before a typed OperationalError."""
 
 _NO_BUSY_HANDLER = "PRAGMA busy_timeout=0"
+_PARAMETERS = 500
+"""Digests looked up per query (SQLite's parameter limit is far above)."""
 
 PAGE_SIZE = 8192
 """Page size of a new database file. Events of about a KiB leave on average half an event
@@ -478,6 +482,46 @@ class SQLiteRecorder(ConversationRecorder):
             ResponseRow(provider, server, response_id, attempt, UUID(bytes=key), version)
             for attempt, key, version in rows
         ]
+
+    def prefix_key(self) -> bytes:
+        """The store's key for prefix digests, made (at random) on first use."""
+        with translating():
+            row = self._connection().execute("SELECT key FROM prefix_key").fetchone()
+            if row is None:
+                with self._transaction() as cursor:
+                    cursor.execute(
+                        "INSERT OR IGNORE INTO prefix_key VALUES (1, ?)", (secrets.token_bytes(32),)
+                    )
+                row = self._connection().execute("SELECT key FROM prefix_key").fetchone()
+        return bytes(row[0])
+
+    def insert_prefix(
+        self, digest: bytes, opaque: bytes, originator_id: UUID, version: int
+    ) -> None:
+        """Index a conversation at `version` (of its reading) by its digests."""
+        with translating(), self._transaction() as cursor:
+            cursor.execute(
+                "INSERT INTO prefixes (digest, opaque, originator_id, version) VALUES (?, ?, ?, ?)",
+                (digest, opaque, originator_id.bytes, version),
+            )
+
+    def select_prefixes(self, digests: Sequence[bytes]) -> list[PrefixRow]:
+        """The indexed conversations whose digest is one of `digests`, newest first."""
+        rows: list[PrefixRow] = []
+        with translating():
+            connection = self._connection()
+            for start in range(0, len(digests), _PARAMETERS):
+                part = digests[start : start + _PARAMETERS]
+                marks = ", ".join("?" * len(part))
+                rows.extend(
+                    PrefixRow(bytes(d), bytes(o), UUID(bytes=k), v, p)
+                    for d, o, k, v, p in connection.execute(
+                        "SELECT digest, opaque, originator_id, version, position FROM prefixes"
+                        f" WHERE digest IN ({marks})",
+                        part,
+                    ).fetchall()
+                )
+        return sorted(rows, key=lambda row: row.position, reverse=True)
 
     def select_settled(
         self, originator_id: UUID, keys: Sequence[str], upto: int

@@ -238,6 +238,7 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = False
+    request_queue_size = 256  # many clients at once (socketserver's default is 5)
     replay: ReplayServer
 
     def handle_error(self, request: Any, client_address: Any) -> None:

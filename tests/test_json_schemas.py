@@ -90,8 +90,8 @@ def recorded(
     yield store_url, conversations
 
 
-WITHOUT_JSON = {"completion"}
-"""Commands that print no JSON (a shell script)."""
+WITHOUT_JSON = {"completion", "proxy"}
+"""Commands that print no JSON (a shell script; a server, which prints its address)."""
 WITH_JSON = sorted(set(COMMANDS) - WITHOUT_JSON)
 
 

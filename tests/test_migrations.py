@@ -45,6 +45,7 @@ RELEASED = {
     "0002_responses": "c9be8a414742de148fad328d9fa61101cbb49b7edb260df3dc614cd9a35f4fd7",
     "0003_catalogue": "65e04241f350e983893185fe3621037d650662c00d0d168ba59d31a5a1830671",
     "0004_settled": "1b76f8d5bb3b58c37bc760e22b432c5593344650dc6adae6576bf5e3c000a737",
+    "0005_prefixes": "ee8f12aef30024befff610b118a4bdf90d8b5e9b05aa69b0754aa16282420170",
 }
 """Every released migration's name and the SHA-256 of its statements: editing one that
 was released is refused here; a correction is a new migration."""

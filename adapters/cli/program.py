@@ -19,6 +19,7 @@ from convstore.adapters.cli import (
     index,
     integrity,
     metadata,
+    proxying,
     record,
 )
 from convstore.adapters.cli.registry import (
@@ -35,7 +36,7 @@ from convstore.adapters.terminal import render
 from convstore.adapters.terminal.render import Renderer, TextStream
 from convstore.domain.errors import ConvstoreError
 
-COMMAND_MODULES = (conversations, metadata, record, integrity, index, completion)
+COMMAND_MODULES = (conversations, metadata, record, proxying, integrity, index, completion)
 """The modules whose `@command` functions make the subcommands, in `--help` order."""
 
 

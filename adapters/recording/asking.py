@@ -11,7 +11,7 @@ the live recording core (`recording.live`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, Protocol
 
 import msgspec
@@ -19,7 +19,7 @@ import msgspec
 from convstore.adapters.config.app import AppConfig, checked
 from convstore.adapters.config.loading import load_config
 from convstore.adapters.http.errors import ProviderHTTPError
-from convstore.adapters.recording.live import Interrupts, RecordingThread
+from convstore.adapters.recording.live import Interrupts, record_live
 from convstore.adapters.wire.names import PROVIDERS
 from convstore.adapters.wire.preview import Piece, previewed
 from convstore.adapters.wire.providers import EncodedRequest, ProviderAdapter, adapter
@@ -286,24 +286,22 @@ def _streamed(
     """Decode the stream here and record it on a writer thread (`live`), a signal ending
     it as a partial commit; its end as recorded, and the outcome."""
     with Interrupts() as interrupts:
-        thread = RecordingThread(record)
         chunks: Iterable[bytes] = interrupts.chunks(stream)
         if watcher is not None and provider.preview is not None:
             chunks = previewed(chunks, provider.preview, watcher.piece)
-        end: ResponseEnded | None = None
-        try:
-            for draft in interrupts.marked(provider.decode(chunks, body, None)):
-                if isinstance(draft, ResponseEnded):
-                    end = draft
-                thread.put(draft)
-                if watcher is not None:
-                    watcher.draft(draft)
-        except BaseException:
-            thread.abandon()
-            raise
-        _, outcome = thread.close()
+        drafts = interrupts.marked(provider.decode(chunks, body, None))
+        end, (_, outcome) = record_live(
+            drafts if watcher is None else _watched(drafts, watcher), record
+        )
         report.interrupted = interrupts.signum
     return end, outcome
+
+
+def _watched(drafts: Iterable[Event], watcher: Watcher) -> Iterator[Event]:
+    """`drafts`, each shown to `watcher` once it is handed to the recording."""
+    for draft in drafts:
+        yield draft
+        watcher.draft(draft)
 
 
 def _abandon_others(

@@ -25,7 +25,7 @@ import msgspec
 
 from convstore.domain.events import Event, ResponseEnded
 
-__all__ = ["Interrupted", "Interrupts", "RecordingThread", "SignalStop"]
+__all__ = ["Interrupted", "Interrupts", "RecordingThread", "SignalStop", "record_live"]
 
 R = TypeVar("R")
 
@@ -161,3 +161,22 @@ class RecordingThread(Generic[R]):
             raise self._error
         assert self._result is not None
         return self._result
+
+
+def record_live(
+    drafts: Iterable[Event], record: Callable[[Iterable[Event], Callable[[], bool]], R]
+) -> tuple[ResponseEnded | None, R]:
+    """Read `drafts` (decoded on this thread, as they arrive) and record them on a
+    `RecordingThread` running `record`; the response's end as decoded, and the recording's
+    result. An error while reading ends the recording's input (`abandon`) and is raised."""
+    thread = RecordingThread(record)
+    end: ResponseEnded | None = None
+    try:
+        for draft in drafts:
+            if isinstance(draft, ResponseEnded):
+                end = draft
+            thread.put(draft)
+    except BaseException:
+        thread.abandon()
+        raise
+    return end, thread.close()
