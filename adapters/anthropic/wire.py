@@ -129,10 +129,12 @@ class TypedBlockDelta(_Event, tag="content_block_delta"):
 
 
 class StopDelta(msgspec.Struct, forbid_unknown_fields=True, gc=False):
-    """A `message_delta`'s delta of the common shape: a stop reason, no stop sequence."""
+    """A `message_delta`'s delta of the common shape: a stop reason, no stop sequence or
+    details (null or absent: a null field is not kept)."""
 
     stop_reason: str | None = None
     stop_sequence: None = None
+    stop_details: None = None
 
 
 class PlainMessageDelta(_Event, tag="message_delta", forbid_unknown_fields=True):
