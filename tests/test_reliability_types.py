@@ -20,8 +20,10 @@ from convstore.adapters.wire.counts import (
     MAX_COUNT,
     UNREAD_USAGE,
     count,
+    plain_counts_of,
     read_counters,
     read_each,
+    usage_fields,
 )
 from convstore.adapters.wire.providers import adapter, read_payload
 from convstore.domain.events import Event, ResponseEnded, UnknownArtifact, UserMessage
@@ -165,6 +167,35 @@ def test_a_usage_object_in_one_decode_reads_as_field_by_field(items: list[Any]) 
         fast, each = read_counters(fields, named), read_each(fields, named)
         assert fast.counts == each.counts and list(fast.counts) == list(each.counts)
         assert msgspec.json.encode(fast.unread) == msgspec.json.encode(each.unread)
+
+
+_USAGE_OBJECT = st.lists(st.tuples(_USAGE_NAMES, _usage_value(2)), max_size=4).map(
+    lambda items: b"{" + b",".join(b'"%s":%s' % (k.encode(), v) for k, v in items) + b"}"
+)
+
+
+@given(st.lists(_USAGE_OBJECT | _USAGE_LEAVES | st.just(b' { "a" : 1 } '), max_size=3))
+@settings(max_examples=400)
+def test_usage_objects_merged_in_one_decode_read_as_merged_field_by_field(
+    raws: list[bytes],
+) -> None:
+    """Scenario 37: the counts of several usage values (a stream's `message_start` and
+    `message_delta`) read in one decode are those of their fields merged one by one, in
+    the same order; or the one-decode reading defers (a value that is no object, or
+    anything left unread)."""
+    values = [msgspec.Raw(raw) for raw in raws if raw.strip() != b"null"]
+    fields: dict[str, msgspec.Raw] = {}
+    whole = None
+    for raw in values:
+        whole = usage_fields(raw, fields) or whole
+    for named in ({"n", "h.a"}, set(), {"a", "h"}):
+        fast = plain_counts_of(values, named)
+        if fast is None:
+            continue
+        assert whole is None
+        each = read_each(fields, named)
+        assert fast == each.counts and list(fast) == list(each.counts)
+        assert not each.unread
 
 
 @pytest.mark.parametrize("kind", [b"{}", b"[]", b'{"a":[1]}', b"7", b"true"])

@@ -16,6 +16,7 @@ from convstore.adapters.wire.counts import (
     UNREAD_USAGE,
     Counters,
     encoded_unread,
+    plain_counts_of,
     read_counters,
     usage_fields,
 )
@@ -152,7 +153,7 @@ def usage_of(counters: Counters) -> Usage:
 class ResponseHead:
     """The message-level state of one response: ids, usage, fields kept as they came."""
 
-    __slots__ = ("context", "extras", "mapper", "model", "response_id", "usage", "usage_whole")
+    __slots__ = ("context", "extras", "mapper", "model", "response_id", "usages")
 
     def __init__(
         self, message_id: str, fields: Mapping[str, msgspec.Raw], context: RequestContext
@@ -161,20 +162,33 @@ class ResponseHead:
         self.response_id = ResponseId(message_id)
         self.model = model if isinstance(model, str) and model else context.model
         self.context = context
-        self.usage: dict[str, msgspec.Raw] = {}
-        """The usage fields raw: later ones (`message_delta`'s) replace earlier ones."""
-        self.usage_whole: msgspec.Raw | None = None
-        """The latest usage value that was not an object, kept raw."""
+        self.usages: list[msgspec.Raw] = []
+        """The usage values, raw, in order: a later one's fields (`message_delta`'s)
+        replace an earlier one's."""
         self.take_usage(fields.get("usage"))
         self.extras: dict[str, msgspec.Raw] = {}
         self.keep(fields, MESSAGE_FIELDS)
         self.mapper = BlockMapper(self.response_id, self.model, context)
 
     def take_usage(self, raw: msgspec.Raw | None) -> None:
-        """Take in a usage object, raw (its counters are read one by one at the end)."""
-        whole = usage_fields(raw, self.usage)
-        if whole is not None:
-            self.usage_whole = whole
+        """Take in a usage value, raw (its counters are read at the end); null or absent
+        says nothing."""
+        if raw and not (len(raw) == 4 and raw == _NULL):
+            self.usages.append(raw)
+
+    def counters(self) -> Counters:
+        """The counters of the usage values taken in: in one decode when they are plain
+        objects, else read field by field (a value that is not an object kept whole)."""
+        counts = plain_counts_of(self.usages, USAGE_TOKENS)
+        if counts is not None:
+            return Counters(counts)
+        fields: dict[str, msgspec.Raw] = {}
+        whole: msgspec.Raw | None = None
+        for raw in self.usages:
+            kept = usage_fields(raw, fields)
+            if kept is not None:
+                whole = kept
+        return read_counters(fields, USAGE_TOKENS, whole)
 
     def keep(self, fields: Mapping[str, msgspec.Raw], modelled: frozenset[str]) -> None:
         """Remember the non-null fields the events do not model."""
@@ -198,7 +212,7 @@ class ResponseHead:
         """The message fields kept (if any), the usage values that are not counts (if any),
         then the response's ResponseEnded draft."""
         out: list[Event] = []
-        counters = read_counters(self.usage, USAGE_TOKENS, self.usage_whole)
+        counters = self.counters()
         if self.extras:
             extras = msgspec.json.encode(self.extras)
             out.append(self.mapper.unknown_value(extras, MESSAGE_FIELDS_FORMAT))

@@ -37,6 +37,7 @@ from convstore.adapters.anthropic.wire import (
     MessageStart,
     MessageStop,
     Ping,
+    PlainMessageDelta,
     StreamEvent,
     TypedBlockDelta,
 )
@@ -160,13 +161,17 @@ class StreamDecoder:
             elif event is None:
                 drafts = self.feed(data)
             elif self.head is None:
-                drafts = self._before_start(event, data)
+                # (`feed` names an early message_delta as `EVENT` decodes it.)
+                plain = type(event) is PlainMessageDelta
+                drafts = self.feed(data) if plain else self._before_start(event, data)
             elif type(event) is BlockStop:
                 drafts = self._block_stop(event, data)
             elif type(event) is BlockStart:
                 drafts = self._block_start(event, data)
             elif type(event) is Ping:
                 continue
+            elif type(event) is PlainMessageDelta:
+                drafts = self._plain_message_delta(event)
             else:
                 drafts = _HANDLERS[type(event)](self, event, data)
             # Any other event may open or close blocks: the piece list is looked up again.
@@ -294,6 +299,16 @@ class StreamDecoder:
         # Fields beside `delta` (`context_management`): kept as the message's own (the
         # data decoded as an event already, so it decodes as an object).
         self.head.keep(_FIELDS.decode(data), _DELTA_EVENT_FIELDS)
+        self.head.take_usage(event.usage)
+        return _NOTHING
+
+    def _plain_message_delta(self, event: PlainMessageDelta) -> Sequence[Event]:
+        """`_message_delta` of the common shape: no field of the delta or the event is
+        left to keep, so neither is decoded again."""
+        assert self.head is not None
+        stop_reason = event.delta.stop_reason
+        if stop_reason is not None:
+            self.stop_reason = stop_reason
         self.head.take_usage(event.usage)
         return _NOTHING
 

@@ -23,6 +23,7 @@ __all__ = [
     "Delta",
     "HotEvent",
     "PieceDelta",
+    "PlainMessageDelta",
     "StreamEvent",
     "TypedBlockDelta",
 ]
@@ -127,12 +128,30 @@ class TypedBlockDelta(_Event, tag="content_block_delta"):
     delta: PieceDelta | CitationsDelta
 
 
+class StopDelta(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """A `message_delta`'s delta of the common shape: a stop reason, no stop sequence or
+    details (null or absent: a null field is not kept)."""
+
+    stop_reason: str | None = None
+    stop_sequence: None = None
+    stop_details: None = None
+
+
+class PlainMessageDelta(_Event, tag="message_delta", forbid_unknown_fields=True):
+    """A `message_delta` with nothing beside its stop reason and usage: no field the
+    decoder would keep as the message's own (any other shape fails, and `EVENT` reads it
+    as a `MessageDelta`)."""
+
+    delta: StopDelta
+    usage: msgspec.Raw = _ABSENT
+
+
 HotEvent: TypeAlias = (
     MessageStart
     | BlockStart
     | TypedBlockDelta
     | BlockStop
-    | MessageDelta
+    | PlainMessageDelta
     | MessageStop
     | Ping
     | Error
@@ -141,7 +160,8 @@ HotEvent: TypeAlias = (
 HOT_EVENT: Final = msgspec.json.Decoder(HotEvent)
 """Decodes one event's `data` as `EVENT` does, but a known delta as its own struct, so
 the decoder's hot path needs no field checks. It accepts a subset of what `EVENT`
-accepts (a delta of an unknown type or shape fails here), and gives the same fields."""
+accepts (a delta of an unknown type or shape fails here, and so does a `message_delta`
+with more than `PlainMessageDelta` reads), and gives the same fields."""
 
 PIECE_FIELDS: Final[Mapping[type[PieceDelta], tuple[str, bool]]] = {
     TextDelta: ("text", False),

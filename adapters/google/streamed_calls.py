@@ -35,6 +35,12 @@ _SEGMENT: Final = re.compile(
     r"|\['(?P<single>(?:[^'\\]|\\.)*)'\]"
     r'|\["(?P<double>(?:[^"\\]|\\.)*)"\]'
 )
+_KINDS: Final[Mapping[str, tuple[type, ...]]] = {
+    "stringValue": (str,),
+    "numberValue": (int, float),
+    "boolValue": (bool,),
+}
+"""The types each value field may hold (`nullValue` holds anything: it means null)."""
 _MAX_INDEX: Final = 10_000
 """An array index past this is refused (a piece must not make the decoder allocate)."""
 
@@ -84,12 +90,7 @@ def _value(piece: Mapping[str, Any]) -> tuple[bool, Any]:
     value = piece[key]
     if key == "nullValue":
         return True, None
-    kinds: dict[str, tuple[type, ...]] = {
-        "stringValue": (str,),
-        "numberValue": (int, float),
-        "boolValue": (bool,),
-    }
-    if not isinstance(value, kinds[key]) or (key == "numberValue" and isinstance(value, bool)):
+    if not isinstance(value, _KINDS[key]) or (key == "numberValue" and isinstance(value, bool)):
         raise MalformedPiece(f"a {key} of the wrong type")
     return True, value
 
@@ -97,7 +98,7 @@ def _value(piece: Mapping[str, Any]) -> tuple[bool, Any]:
 class StreamedCall:
     """One streamed function call: its opening part and its arguments so far."""
 
-    __slots__ = ("_continuing", "args", "opening")
+    __slots__ = ("_continuing", "_paths", "args", "opening")
 
     def __init__(self, opening: Mapping[str, Any]) -> None:
         self.opening = dict(opening)
@@ -105,6 +106,8 @@ class StreamedCall:
         self.args: dict[str, Any] = {}
         self._continuing: set[str] = set()
         """Paths whose string value continues in the next piece of the same path."""
+        self._paths: dict[str, list[str | int]] = {}
+        """Each path read so far, as its segments (a string's pieces repeat its path)."""
 
     def add(self, call: Mapping[str, Any]) -> None:
         """Apply one part's `functionCall` pieces (raises MalformedPiece)."""
@@ -117,10 +120,13 @@ class StreamedCall:
             self._apply(piece)
 
     def _apply(self, piece: Mapping[str, Any]) -> None:
-        path = piece.get("jsonPath")
-        segments = json_path(path)
+        key = piece.get("jsonPath")
+        if not isinstance(key, str):
+            raise MalformedPiece("a partial argument without a JSON path")  # as json_path
+        segments = self._paths.get(key)
+        if segments is None:
+            segments = self._paths[key] = json_path(key)
         carries, value = _value(piece)
-        key = str(path)
         continuing = key in self._continuing
         if piece.get("willContinue") is True:
             self._continuing.add(key)

@@ -16,6 +16,7 @@ from convstore.adapters.wire.counts import (
     Counters,
     encoded_unread,
     fields_of,
+    plain_counts_of,
     read_counters,
 )
 from convstore.domain.events import Event, ResponseEnded, ResponseStarted
@@ -183,6 +184,9 @@ def usage_of(usage: Counters, tool_usage: Counters) -> Usage:
 
 
 def _counters(raw: msgspec.Raw) -> Counters:
+    counts = plain_counts_of((raw,), USAGE_TOKENS)
+    if counts is not None:
+        return Counters(counts)
     fields = fields_of(raw)
     return read_counters(fields, USAGE_TOKENS) if fields is not None else Counters(whole=raw)
 

@@ -89,6 +89,8 @@ class StreamDecoder:
         their block in place of its assembly."""
         self._mapped: set[int] = set()
         """Output indexes already mapped."""
+        self._copy: msgspec.Raw | None = None
+        """The response object taken in last, raw: the same copy again changes nothing."""
 
     def _map(self, assembled: AssembledBlock) -> list[Event]:
         assert self.head is not None  # items open only once the response is open
@@ -258,6 +260,7 @@ class StreamDecoder:
         if fields is None or not isinstance(response_id, str) or not response_id:
             raise DecodeError(f"not an OpenAI stream: {event.type} without a response id")
         head = self.head = ResponseHead(response_id, fields, self.context)
+        self._copy = event.response
         out: list[Event] = [head.started()]
         out.extend(head.mapper.unknown_value(early, "stream_event") for early in self._early)
         self._early = []
@@ -265,10 +268,16 @@ class StreamDecoder:
 
     def _response_update(self, event: StreamEvent, data: bytes | str) -> Sequence[Event]:
         assert self.head is not None
+        raw = event.response
+        if raw and raw == self._copy:
+            # `response.in_progress` repeats `response.created`'s copy: taking in the same
+            # fields again would change nothing.
+            return _NOTHING
         fields = self._fields(event)
         if fields is None:
             return self._unknown(data)
         self.head.update(fields)
+        self._copy = raw
         return _NOTHING
 
     def _fields(self, event: StreamEvent) -> dict[str, msgspec.Raw] | None:

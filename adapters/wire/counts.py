@@ -19,7 +19,7 @@ field from its raw bytes:
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterator, Mapping
+from collections.abc import Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -35,6 +35,7 @@ __all__ = [
     "encoded_unread",
     "fields_of",
     "plain_counts",
+    "plain_counts_of",
     "read_counters",
     "read_each",
     "usage_fields",
@@ -53,6 +54,7 @@ _ANY: Final = msgspec.json.Decoder()
 _ENCODE: Final = msgspec.json.Encoder().encode
 _NUMBER_START: Final = frozenset(b"-0123456789")
 _NULL: Final = b"null"
+_WHITESPACE: Final = b" \t\r\n"
 
 
 def count(value: Any) -> int | None:
@@ -178,6 +180,31 @@ def plain_counts(
     None otherwise, for `read_counters` to read field by field."""
     try:
         values = _ANY.decode(_ENCODE(fields))
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    counts: dict[str, int] = {}
+    return counts if _plain(values, "", named, counts, 0) else None
+
+
+def plain_counts_of(
+    raws: Sequence[msgspec.Raw], named: Container[str] = ()
+) -> dict[str, int] | None:
+    """`plain_counts` of the usage objects `raws` merged as `usage_fields` merges them (a
+    later one's fields replace an earlier one's, in place), read in one decode of their
+    members joined into one object, without decoding each into its fields first; None
+    when any is not an object or something would be left unread (then read them the
+    general way). Each raw is one JSON value, as msgspec decoded it."""
+    members: list[bytes] = []
+    for raw in raws:
+        value = bytes(raw).strip(_WHITESPACE)
+        if value[:1] != b"{" or value[-1:] != b"}":
+            return None
+        inner = value[1:-1].strip(_WHITESPACE)
+        if inner:
+            members.append(inner)
+    merged = value if len(raws) == 1 else b"{" + b",".join(members) + b"}"
+    try:
+        values = _ANY.decode(merged)
     except (msgspec.DecodeError, RecursionError):
         return None
     counts: dict[str, int] = {}
