@@ -418,7 +418,9 @@ def batch_ingest_figure(sizes: Sizes, folder: Path) -> Figure:
     each into a conversation of its own, in one `store.grouped()` (its commit included)."""
     path = WEB_SEARCH[0]
     title = "batch ingest of web search streams (a commit group)"
-    subject = f"{BATCH} x ConversationService.ingest(decode_stream) in store.grouped(), SQLite"
+    subject = (
+        f"{BATCH} x ConversationService.ingest_exchange(decode_stream) in store.grouped(), SQLite"
+    )
     if not path.is_file():
         return skipped(
             "8i", title, subject=subject, baseline="decode_stream alone", kind="throughput",
@@ -432,9 +434,9 @@ def batch_ingest_figure(sizes: Sizes, folder: Path) -> Figure:
         bodies = renamed(body, (rounds + warmup) * BATCH)
 
         def ours() -> None:
-            with store.grouped():
-                for conversation in [service.start() for _ in range(BATCH)]:
-                    outcome = service.ingest(conversation, decode([next(bodies)]))
+            with store.grouped():  # as batch ingest does: each conversation started
+                for _ in range(BATCH):  # in its response's first transaction
+                    _, outcome = service.ingest_exchange(None, [], decode([next(bodies)]))
                     assert outcome.ended == "completed" and outcome.events
 
         def baseline() -> None:
