@@ -125,6 +125,18 @@ def test_streamed_calls_replay_whole_and_in_place_never_as_pieces() -> None:
     assert not encoded.losses
 
 
+@given(st.lists(st.text("ab_-1é", min_size=1, max_size=4), min_size=1, max_size=4))
+def test_a_dotted_json_path_reads_as_its_bracketed_spelling(names: list[str]) -> None:
+    """`$.a.b` (read in one match) gives the segments `$['a']['b']` (read segment by
+    segment) gives, when every name is one a dotted path may hold; else it is refused."""
+    dotted = "$." + ".".join(names)
+    if all(name[0] in "ab_" and set(name) <= set("ab_-1") for name in names):
+        assert json_path(dotted) == json_path("$" + "".join(f"['{n}']" for n in names)) == names
+    else:
+        with pytest.raises(MalformedPiece):
+            json_path(dotted)
+
+
 def test_json_paths_and_malformed_pieces() -> None:
     assert json_path("$.a['b c'][2].d") == ["a", "b c", 2, "d"]
     for bad in ("a.b", "$", "$..a", "$[99999999]", 7):

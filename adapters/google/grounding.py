@@ -169,28 +169,31 @@ def text_attributions(
     points = byte_offsets_to_code_points(whole, wanted)
     seen: set[tuple[int, Attribution]] = set()
     for start, sources, found in placed:
-        ranges = (
-            []
-            if isinstance(found, str)
-            else [
-                (n, _local(points, at[n], low), _local(points, at[n], high))
-                for n, low, high in found
-            ]
-        )
-        why = found if isinstance(found, str) else ""
-        if not why and any(a is None or b is None for _, a, b in ranges):
-            why = UNPLACED_SPLIT
-        cited: list[tuple[int, Attribution]] = []
+        why, pieces = (found, []) if isinstance(found, str) else ("", found)
+        # Each piece's code-point range in its slot's own text (the slot's first byte is
+        # always a character boundary); a boundary inside a character places nothing.
+        ranges: list[tuple[int, int, int]] = []
+        for n, low, high in pieces:
+            a, b = points[low], points[high]
+            if a is None or b is None:
+                why = UNPLACED_SPLIT
+                break
+            base = cast(int, points[at[n]])
+            ranges.append((n, a - base, b - base))
+        cited: list[tuple[int, Attribution]]
         if why:  # cited, without a range, by the text event the span starts in
             n = min(bisect_right(ends, start), len(slots) - 1)
             cited = [(n, Attribution(source=source, unplaced=why)) for source in sources]
-        for n, a, b in [] if why else ranges:
-            assert a is not None and b is not None
-            cited.extend((n, Attribution(source=s, range=TextRange(a, b))) for s in sources)
-        for n, attribution in cited:
-            if (n, attribution) not in seen:
-                seen.add((n, attribution))
-                out[n].append(attribution)
+        else:
+            cited = [
+                (n, Attribution(source=source, range=TextRange(a, b)))
+                for n, a, b in ranges
+                for source in sources
+            ]
+        for key in cited:
+            if key not in seen:
+                seen.add(key)
+                out[key[0]].append(key[1])
     return out
 
 
@@ -206,13 +209,6 @@ def _spans(blocks: Sequence[Mapping[str, Any]]) -> list[tuple[int, int, str | No
             if span is not None:
                 spans.append(span)
     return spans
-
-
-def _local(points: Mapping[int, int | None], base: int, offset: int) -> int | None:
-    """The code-point offset, within its slot (starting at byte `base` of the whole
-    text), of byte `offset` of the whole text; None when it falls inside a character."""
-    found = points[offset]
-    return None if found is None else found - cast(int, points[base])
 
 
 def _span(

@@ -35,6 +35,8 @@ _SEGMENT: Final = re.compile(
     r"|\['(?P<single>(?:[^'\\]|\\.)*)'\]"
     r'|\["(?P<double>(?:[^"\\]|\\.)*)"\]'
 )
+_DOTTED: Final = re.compile(r"\$(?:\.[A-Za-z_][A-Za-z0-9_-]*)+")
+"""A path of member names only (`$.a.b`), the common one: read in one match."""
 _KINDS: Final[Mapping[str, tuple[type, ...]]] = {
     "stringValue": (str,),
     "numberValue": (int, float),
@@ -58,6 +60,8 @@ def json_path(path: Any) -> list[str | int]:
     """The segments of a normalized JSON path (`$.a['b'][0]` → `["a", "b", 0]`)."""
     if not isinstance(path, str) or not path.startswith("$"):
         raise MalformedPiece("a partial argument without a JSON path")
+    if _DOTTED.fullmatch(path):
+        return list(path[2:].split("."))
     segments: list[str | int] = []
     at = 1
     while at < len(path):
