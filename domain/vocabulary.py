@@ -104,7 +104,7 @@ class ProviderPayload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
             binding=binding or {},
             value=msgspec.Raw(value),
         )
-        _mark_checked(payload)
+        _CHECKED.add(payload)
         return payload
 
     @property
@@ -139,35 +139,45 @@ def check_json_document(value: bytes, *, what: str = "payload") -> None:
         raise InvalidPayload(f"{what} is not UTF-8: {error}") from None
 
 
-_CHECKED: dict[int, weakref.ref[ProviderPayload]] = {}
-"""id → weak reference of every live payload whose value passed `check_json_document`.
+class _Checked:
+    """id → weak reference of every payload whose value passed `check_json_document`.
 
-A payload is frozen, so one checked stays valid; an entry counts only while its reference
-still points at the very object asked about (an id is reused only after its object died).
-"""
+    A payload is frozen, so one checked stays valid; an entry counts only while its
+    reference still points at the very object asked about (an id is reused only after its
+    object died). References carry no callback (one per payload costs more than the
+    check it saves): the dead ones are swept whenever the map has doubled since.
+    """
+
+    __slots__ = ("refs", "sweep_at")
+
+    def __init__(self) -> None:
+        self.refs: dict[int, weakref.ref[ProviderPayload]] = {}
+        self.sweep_at = 1024
+
+    def has(self, payload: ProviderPayload) -> bool:
+        ref = self.refs.get(id(payload))
+        return ref is not None and ref() is payload
+
+    def add(self, payload: ProviderPayload) -> None:
+        refs = self.refs
+        refs[id(payload)] = weakref.ref(payload)
+        if len(refs) >= self.sweep_at:
+            for key, ref in list(refs.items()):  # a copy: other threads add meanwhile
+                if ref() is None and refs.get(key) is ref:
+                    del refs[key]
+            self.sweep_at = max(1024, 2 * len(refs))
 
 
-def _mark_checked(
-    payload: ProviderPayload, checked: dict[int, weakref.ref[ProviderPayload]] = _CHECKED
-) -> None:
-    key = id(payload)
-
-    def forget(ref: weakref.ref[ProviderPayload]) -> None:
-        # Bound to the dict itself, not the global: this may run as the interpreter exits.
-        if checked.get(key) is ref:
-            del checked[key]
-
-    checked[key] = weakref.ref(payload, forget)
+_CHECKED = _Checked()
 
 
 def check_payload(payload: ProviderPayload) -> None:
     """Raise InvalidPayload unless the payload's value is one JSON document (see
     `check_json_document`); a payload made by `ProviderPayload.of` was checked already."""
-    ref = _CHECKED.get(id(payload))
-    if ref is not None and ref() is payload:
+    if _CHECKED.has(payload):
         return
     check_json_document(payload.raw, what=f"{payload.provider} {payload.format} payload")
-    _mark_checked(payload)
+    _CHECKED.add(payload)
 
 
 class Location(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
