@@ -562,3 +562,20 @@ def test_valid_payload_bytes_are_kept_as_given(raw: bytes) -> None:
             kept = getattr(event, "payload", None)
         assert kept is not None
         assert kept.raw == raw
+
+
+def test_the_checked_payloads_map_forgets_the_dead_and_keeps_the_living() -> None:
+    """`of` marks a payload checked by a weak reference; the map is swept of payloads that
+    died, so it stays the size of the living ones, and a living one stays checked."""
+    import gc
+
+    from convstore.domain.vocabulary import _CHECKED
+
+    kept = [ProviderPayload.of("openai", "output_item", b'{"kept":%d}' % i) for i in range(10)]
+    for i in range(20_000):  # made and dropped at once, as a decoder's are once recorded
+        ProviderPayload.of("openai", "output_item", b'{"n":%d}' % i)
+    gc.collect()
+    assert len(_CHECKED.refs) < 2 * max(1024, len(kept)) + 10
+    assert all(_CHECKED.has(p) for p in kept)
+    # A payload built without `of` is not marked: its bytes are checked when recorded.
+    assert not _CHECKED.has(payload(b'{"never":"checked"}'))
