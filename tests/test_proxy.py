@@ -484,3 +484,23 @@ def test_an_upstream_that_dies_mid_stream_is_recorded_abandoned(store: Store, vi
     [end] = _ends(events)
     assert end.state == "abandoned"
     assert end.end_reason == "upstream_lost"
+
+
+def test_an_upload_on_another_path_streams_through_uncapped(store: Store) -> None:
+    upload = bytes(range(256)) * 400  # past the proxy's cap on a model request here
+    with (
+        ReplayServer() as upstream,
+        running_proxy(store, upstream.url, max_body_bytes=10_000) as proxy,
+    ):
+        upstream.enqueue(Reply(body=b'{"id": "file-1"}'), Reply(body=b"{}"))
+        answer = httpx.post(
+            proxy.url + "/v1/files",
+            content=upload,
+            headers={"authorization": f"Bearer {OPENAI_KEY}"},
+            timeout=30,
+        )
+        too_large = httpx.post(proxy.url + "/v1/responses", content=upload, timeout=30)
+        assert [r.body for r in upstream.requests] == [upload]
+    assert answer.json() == {"id": "file-1"}
+    assert too_large.status_code == 413
+    assert _events(store) == []

@@ -7,14 +7,15 @@ A model path's exchange is copied to the recording core beside the stream
 unrecorded. The pin header (`X-Convstore-Conversation`) is stripped before forwarding. A
 client that goes away mid-answer cancels the upstream request and ends the recording
 `abandoned` (`disconnected`); an upstream that breaks mid-answer ends it there too, and
-the client's connection is closed unfinished, as the upstream's was.
+the client's connection is closed unfinished, as the upstream's was. A model request's
+body is read whole (capped: 413 past it) to be recorded; any other path's streams through.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, MutableMapping
 from contextlib import suppress
 from typing import Any, Final
 
@@ -104,17 +105,21 @@ class ProxyApp:
         if found is None:
             await _plain(send, 404, b'{"error":"convstore proxy: no provider serves this path"}')
             return
-        body = await _body(receive, self.max_request_bytes)
-        if body is None:
-            await _plain(send, 413, b'{"error":"convstore proxy: the request body is too large"}')
-            return
+        body: bytes | None = b""
+        content: bytes | AsyncIterator[bytes] = _streamed(receive)  # an upload, say: as it comes
+        if self.recorder is not None and found.recorded:  # a model request is read whole
+            body = await _body(receive, self.max_request_bytes)
+            if body is None:
+                await _plain(send, 413, b'{"error":"convstore proxy: the request is too large"}')
+                return
+            content = body
         raw_path: bytes = scope.get("raw_path") or path.encode()
         query: bytes = scope.get("query_string", b"")
         url = self.upstreams[found.provider] + raw_path.decode("latin-1")
         if query:
             url += "?" + query.decode("latin-1")
         request = httpx.Request(
-            scope["method"], url, headers=forwarded_headers(headers), content=body
+            scope["method"], url, headers=forwarded_headers(headers), content=content
         )
         try:
             response = await self.client.send(request, stream=True)
@@ -122,7 +127,7 @@ class ProxyApp:
             log.warning("proxy: the %s upstream failed: %s", found.provider, _kind(error))
             await _plain(send, 502, b'{"error":"convstore proxy: the upstream is unreachable"}')
             return
-        exchange = self._exchange(found, body, named)
+        exchange = self._exchange(found, body or b"", named)
         try:
             await self._relay(response, exchange, receive, send)
         finally:
@@ -210,6 +215,17 @@ async def _body(receive: Receive, cap: int) -> bytes | None:
         parts.append(chunk)
         if not message.get("more_body", False):
             return b"".join(parts)
+
+
+async def _streamed(receive: Receive) -> AsyncIterator[bytes]:
+    """The request's body as it arrives (an unrecorded path's: not held, not capped)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        yield message.get("body", b"")
+        if not message.get("more_body", False):
+            return
 
 
 async def _plain(send: Send, status: int, body: bytes) -> None:
