@@ -183,3 +183,45 @@ def test_a_bad_option_is_refused_before_listening(tmp_path: Path, args: tuple[st
     )
     assert refused.returncode == 2, refused.stderr
     assert refused.stdout == ""
+
+
+def test_an_exchange_it_cannot_record_does_not_hold_up_the_stop(tmp_path: Path) -> None:
+    """A request convstore cannot read (not JSON), answered by the upstream with an error:
+    it is forwarded, logged as not recorded, and a signal still stops the proxy at once,
+    exit 0 (its recording's thread does not wait for a stream that already ended)."""
+    db = tmp_path / "store.db"
+    error = b'{"type":"error","error":{"type":"invalid_request_error","message":"bad"}}'
+    with ReplayServer() as upstream:
+        upstream.enqueue(Reply(status=400, body=error))
+        with proxy_process(db, "--upstream", f"anthropic={upstream.url}") as (process, url):
+            answer = httpx.post(
+                url + "/v1/messages",
+                content=b"{not json",
+                headers={"x-api-key": "sk-ant-cli-test", "content-type": "application/json"},
+            )
+            assert (answer.status_code, answer.content) == (400, error)
+            time.sleep(0.3)  # the recording's thread gives up on it
+            started = time.monotonic()
+            process.send_signal(signal.SIGINT)
+            _, err = process.communicate(timeout=10)
+    assert process.returncode == 0, err
+    assert time.monotonic() - started < 5
+    assert "forwarded but not recorded (DecodeError" in err
+    assert "not committed" not in err
+
+
+def test_without_the_proxy_extra_it_says_what_to_install(tmp_path: Path) -> None:
+    hide = (
+        "import sys; sys.modules['uvicorn'] = None; from convstore.adapters.cli import run; run()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", hide, "--db", str(tmp_path / "s.db"), "proxy"],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "pip install 'convstore[proxy]'" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -337,3 +337,53 @@ def test_threading_works_on_both_backends(store_url: str) -> None:
                 _post(proxy.url, found, "anthropic")
         [events] = [list(opened.service.history(s.id)) for s in opened.service.list()]
     assert len(_responses(events)) == 2
+
+
+def _completed(response_id: str, text: str, previous: str | None) -> Reply:
+    """A non-streamed Responses API answer that ends its turn (a plain message)."""
+    body = {
+        "id": response_id,
+        "object": "response",
+        "created_at": 1764700000,
+        "status": "completed",
+        "model": "gpt-5.1",
+        "previous_response_id": previous,
+        "output": [
+            {
+                "type": "message",
+                "id": f"msg_{response_id}",
+                "status": "completed",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            }
+        ],
+        "usage": {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15},
+    }
+    return Reply(body=json.dumps(body).encode(), framing="length")
+
+
+def test_a_previous_response_id_chain_of_ended_turns_stays_one_conversation(
+    store: Store,
+) -> None:
+    """Each answer ends its turn (a TurnEnded follows its ResponseEnded): the next request
+    naming it still continues the conversation, never forks it."""
+    ids = ["resp_chain_1", "resp_chain_2", "resp_chain_3"]
+    with ReplayServer() as upstream, running_proxy(store, upstream.url) as proxy:
+        upstream.enqueue(
+            *(
+                _completed(rid, f"answer {n}", ids[n - 1] if n else None)
+                for n, rid in enumerate(ids)
+            )
+        )
+        client = openai.OpenAI(api_key=KEY, base_url=proxy.url + "/v1", max_retries=0)
+        previous = None
+        for n in range(3):
+            extra = {} if previous is None else {"previous_response_id": previous}
+            previous = client.responses.create(model="gpt-5.1", input=f"question {n}", **extra).id
+    [events] = _conversations(store)
+    assert len(_responses(events)) == 3
+    assert [e.blocks[0] for e in events if isinstance(e, UserMessage)] == [
+        "question 0",
+        "question 1",
+        "question 2",
+    ]

@@ -87,7 +87,13 @@ def proxy(args: argparse.Namespace, session: Session) -> int:
     """Serve until SIGINT or SIGTERM, then exit 0 (2: refused before listening, e.g. a
     non-loopback address without --allow-remote, an address in use, a bad --upstream;
     3: recordings still not committed after the wait)."""
-    from convstore.adapters.proxy import routes, server
+    try:
+        from convstore.adapters.proxy import routes, server
+    except ModuleNotFoundError as error:  # the base install has no ASGI server
+        raise ConfigurationError(
+            f"convstore proxy needs the `proxy` extra ({error.name} is not installed): "
+            "pip install 'convstore[proxy]'"
+        ) from None
 
     host, port = server.listen_address(args.listen)
     if not server.is_loopback(host) and not args.allow_remote:
@@ -122,6 +128,10 @@ def proxy(args: argparse.Namespace, session: Session) -> int:
         ready=ready,
     )
     if lost:
-        session.err.line(f"{PROG}: {lost} recordings were not committed in time")
+        noun = "recording was" if lost == 1 else "recordings were"
+        session.err.line(
+            f"{PROG}: {lost} {noun} not committed in time (`convstore repair ID` closes a"
+            " response left open)"
+        )
         return 3
     return 0

@@ -114,6 +114,19 @@ class Feed:
         self._closed = True
         self._queue.put(None)
 
+    def discard(self) -> None:
+        """Drop the chunks waiting, without waiting for more (the feed has stopped, and
+        its end may have been read already)."""
+        while True:
+            try:
+                chunk = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if chunk is None:
+                return
+            with self._lock:
+                self._waiting -= len(chunk)
+
     def waiting(self) -> bool:
         """Whether a chunk is waiting (the recorder then batches on: see `ready`)."""
         return not self._queue.empty()
@@ -199,8 +212,9 @@ class Exchange:
         """The answer ended; `cut` (an `end_reason`) when it stopped before its end."""
         self.answered = not cut
         self._feed.end(cut)
-        if not self._begun:
+        if not self._begun:  # no answer came: nothing to record, nothing to wait for
             self._recorder.forget(self)
+            self.done.set()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for the recording to be committed; whether it was within `timeout`."""
@@ -213,15 +227,17 @@ class Exchange:
             self.result = self._record()
         except ConvstoreError as error:  # never the content: a type and what it concerns
             log.warning(
-                "proxy: a %s exchange was not recorded (%s)",
+                "proxy: an exchange with %s was forwarded but not recorded (%s: its request"
+                " or answer is not one convstore reads)",
                 self.provider,
                 type(error).__name__,
             )
             self._feed.stop(ErrorInfo(type="not_recorded"))
-            for _ in self._feed.chunks():  # what was put already
-                pass
+            self._feed.discard()  # what was put already
         except Exception:
-            log.exception("proxy: a %s exchange was not recorded", self.provider)
+            log.exception(
+                "proxy: an exchange with %s was forwarded but not recorded", self.provider
+            )
             self._feed.stop(ErrorInfo(type="not_recorded"))
         finally:
             self.done.set()
@@ -259,7 +275,7 @@ class Exchange:
         self._recorder.index.add(conversation_id, service.history(conversation_id))
         if self._feed.failure is not None:
             log.warning(
-                "proxy: a %s response was recorded only as far as it got (%s)",
+                "proxy: a response from %s was recorded only as far as it got (%s)",
                 self.provider,
                 self._feed.failure.type,
             )

@@ -17,6 +17,7 @@ them if the conversation moved on meanwhile).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -27,11 +28,19 @@ from convstore.adapters.proxy.prefixes import PrefixIndex
 from convstore.adapters.wire.providers import History, MessageDrafts, adapter
 from convstore.domain.attempts import reading
 from convstore.domain.errors import ConversationNotFound, DecodeError, InvariantViolation
-from convstore.domain.events import Event, ResponseEnded, ResponseStarted, UserMessage
+from convstore.domain.events import (
+    Event,
+    ResponseEnded,
+    ResponseStarted,
+    TurnEnded,
+    UserMessage,
+)
 from convstore.domain.service import ConversationService
 from convstore.domain.vocabulary import ConversationId, ResponseId
 
 __all__ = ["PIN_HEADER", "Placement", "place", "recorded_request"]
+
+log = logging.getLogger("convstore.proxy")
 
 PIN_HEADER: Final = "x-convstore-conversation"
 """The request header that pins the conversation (stripped before forwarding)."""
@@ -87,10 +96,18 @@ def place(
     history = adapter(provider).need_history()
     if pinned is not None:
         target = _pinned(service, pinned)
+        found = None
         if target is not None:
             found = _continuing(service, history, target, request, how="pinned")
             if found is not None:
                 return found
+        log.warning(
+            "proxy: the %s header %s; the request is placed as if it had none",
+            PIN_HEADER,
+            "names no single stored conversation"
+            if target is None
+            else f"names conversation {target}, which the request does not continue",
+        )
     if provider == "openai":
         found = _after_previous(service, history, request)
         if found is not None:
@@ -116,11 +133,12 @@ def _at(
     request: bytes,
 ) -> Placement | None:
     """The request placed after `target` as of `version` (of its reading): continuing it
-    when that is where it is now, else in a fork at `version`; None when `target` as of
-    then is not a prefix of the request after all."""
+    when that is where it is now (or only the turn ended since), else in a fork at
+    `version`; None when `target` as of then is not a prefix of the request after all."""
     own = list(service.events(target))
     events = service.history(target, own)
-    if events[-1].originator_version == version:
+    after = [e for e in events if e.originator_version > version]
+    if all(isinstance(e, TurnEnded) for e in after):  # nothing since but the turn's end
         return _continuing(service, history, target, request, how="continued", own=own)
     then = [e for e in events if e.originator_version <= version]
     try:
