@@ -1,0 +1,32 @@
+"""OpenAI Chat Completions as a `ProviderAdapter` for the commands.
+
+The server a response came from is part of its payloads' binding: a captured body does
+not name it, so the command line names it (`ingest --server HOST`, through
+`providers.serving`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from convstore.adapters.openai_chat.context import RequestContext
+from convstore.adapters.openai_chat.decode import detect_and_decode
+from convstore.adapters.openai_chat.history import history
+from convstore.adapters.wire.providers import ProviderAdapter, current_server
+from convstore.adapters.wire.secrets import scrub_request
+from convstore.domain.events import Event
+
+
+def decode(
+    body: bytes | Iterable[bytes], request: bytes | None, status: int | None
+) -> Iterator[Event]:
+    """The drafts of a response body, read against its request (scrubbed of credentials)
+    and the server `providers.serving` names."""
+    server = current_server()
+    if request is not None:
+        context = RequestContext.from_body(scrub_request(request), server=server)
+    else:
+        context = RequestContext(server=server)
+    return detect_and_decode(body, request=context, status=status)
+
+
+ADAPTER = ProviderAdapter(name="openai-chat", decode=decode, history=history)
