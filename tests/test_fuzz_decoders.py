@@ -71,9 +71,16 @@ from convstore.storage.repository import EventRepository
 ROOT: Final = Path(__file__).resolve().parents[1]
 EXAMPLES: Final = ROOT / "examples"
 WIRE: Final = ROOT.parent / "shared" / "wire"
-WIRE_FOLDERS: Final = {"anthropic": "anthropic", "openai": "openai", "google": "gemini"}
+WIRE_FOLDERS: Final = {
+    "anthropic": "anthropic",
+    "openai": "openai",
+    "google": "gemini",
+    "openai-chat": "openai-chat",
+}
 """Each provider's folder in `../shared/wire` (Gemini's is named after the API)."""
-MODEL_CALL: Final = re.compile(r"/messages$|/responses$|:(stream)?[gG]enerateContent$")
+MODEL_CALL: Final = re.compile(
+    r"/messages$|/responses$|:(stream)?[gG]enerateContent$|/chat/completions$"
+)
 """The paths of model exchanges; the corpus's other exchanges (file set-up) are not seeds."""
 
 MEMORY_FACTOR: Final = 4

@@ -2,16 +2,37 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 from convstore.adapters.wire.captured import decoded_settings, native_request, request_fields
+from convstore.domain.errors import ConfigurationError
 from convstore.domain.vocabulary import RequestSettings, ToolDeclaration
 
-__all__ = ["PROVIDER", "RequestContext"]
+__all__ = ["PROVIDER", "RequestContext", "server_host", "text_of"]
 
 PROVIDER: Final = "openai-chat"
+
+_HOST: Final = re.compile(r"[A-Za-z0-9.-]+(:[0-9]{1,5})?|\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?")
+
+
+def server_host(text: str) -> str:
+    """The server a binding names: the host (and port) of a `base_url` or of a bare
+    `host[:port]`, lowercased; ConfigurationError for anything else."""
+    given = text.strip()
+    host = urlsplit(given).netloc if "://" in given else given.split("/", 1)[0]
+    host = host.rpartition("@")[2].lower()  # never a credential from a URL
+    if not host or _HOST.fullmatch(host) is None:
+        shown = given if len(given) <= 60 else given[:59] + "…"
+        raise ConfigurationError(
+            f"{shown!r} names no server: give its host (api.openai.com, localhost:11434)"
+            " or its base_url (http://localhost:11434/v1)"
+        )
+    return host
+
 
 _SETTINGS: Final = (
     "model",
