@@ -46,7 +46,7 @@ KEY = "sk-ant-api03-CLI-RECORDING-0123456789abcdef-KEY"
 QUESTION = "Should I pack an umbrella for Zürich tomorrow?"
 FOLLOW_UP = "Thanks! And the day after tomorrow?"
 MODEL = "claude-sonnet-4-5"
-SWITCH = {"openai": "gpt-5.1", "google": "gemini-2.5-flash"}
+SWITCH = {"openai": "gpt-5.1", "google": "gemini-2.5-flash", "openai-chat": "gpt-4.1"}
 """A model for a request to another provider (one is needed to build it)."""
 RESPONSE_KEYS = {"response_id", "ended", "events", "already_stored", "attempt"}
 BATCH_KEYS = {"captures", "summary"}

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from convstore.adapters.openai_chat.config import ChatConfig
 from convstore.adapters.openai_chat.context import RequestContext
 from convstore.adapters.openai_chat.decode import detect_and_decode
+from convstore.adapters.openai_chat.encode import encode_request
 from convstore.adapters.openai_chat.history import history
-from convstore.adapters.wire.providers import ProviderAdapter, current_server
+from convstore.adapters.wire.providers import ProviderAdapter, current_server, encode_with_config
 from convstore.adapters.wire.secrets import scrub_request
 from convstore.domain.events import Event
 
@@ -29,4 +31,10 @@ def decode(
     return detect_and_decode(body, request=context, status=status)
 
 
-ADAPTER = ProviderAdapter(name="openai-chat", decode=decode, history=history)
+ADAPTER = ProviderAdapter(
+    name="openai-chat",
+    decode=decode,
+    history=history,
+    encode=encode_with_config(ChatConfig.from_config, encode_request),
+    configure=ChatConfig.from_config,
+)

@@ -1,0 +1,115 @@
+"""Chat Completions replay (`adapters.openai_chat.encode`): every conversation the
+captures build, of every provider, rebuilt as a Chat Completions request that the `openai`
+SDK's request types accept; exact for the same server and model, portable otherwise, with
+the loss report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from convstore.adapters.openai_chat.config import ChatConfig
+from convstore.adapters.openai_chat.encode import encode_request
+from convstore.adapters.wire.providers import adapter, serving
+from convstore.domain.events import Event, ToolCallRequested
+from convstore.storage import open_store
+from tests.recorded import Recorded, recorded_conversations
+from tests.sdk_requests import assert_valid_chat_request, verbatim_paths
+
+EXAMPLES = Path(__file__).parents[1] / "examples" / "openai-chat"
+RECORDED = recorded_conversations()
+LOCAL = ChatConfig(base_url="http://localhost:11434/v1")
+
+
+@pytest.mark.parametrize("recorded", RECORDED, ids=str)
+def test_every_rebuilt_request_validates_against_the_sdk(recorded: Recorded) -> None:
+    encode = adapter("openai-chat").need_encode()
+    same = recorded.provider == "openai-chat"
+    for named in [None, "gpt-4.1"] if same else ["gpt-4.1"]:
+        request = encode(list(recorded.events), {}, named, "And then?")
+        body = json.loads(request.to_json())
+        exempt = verbatim_paths(body, recorded.unknown_payloads()) if same else []
+        assert_valid_chat_request(body, exempt=exempt)
+        assert body["messages"][-1] == {"role": "user", "content": "And then?"}
+
+
+def conversation(folder: str, *numbers: int, server: str = "") -> list[Event]:
+    """The capture's exchanges ingested into one conversation (with their requests)."""
+    decode = adapter("openai-chat").decode
+    with open_store("sqlite:///:memory:") as store, serving(server):
+        service = store.service
+        conversation_id = service.start(folder)
+        for number in numbers:
+            base = EXAMPLES / folder
+            request = (base / f"{number}.request.json").read_bytes()
+            body = next(base.glob(f"{number}.response.*")).read_bytes()
+            history = adapter("openai-chat").need_history()(
+                list(service.events(conversation_id)), request
+            )
+            service.ingest_exchange(
+                conversation_id,
+                [(m.role, m.drafts) for m in history],
+                decode(body, request, None),
+                at_version=list(service.events(conversation_id))[-1].originator_version,
+                title=folder,
+            )
+        return list(service.events(conversation_id))
+
+
+def test_the_same_server_gets_the_tool_calls_byte_for_byte() -> None:
+    events = conversation("tool_call_stream", 1, server="localhost:11434")
+    request = encode_request(events, config=LOCAL, user="Thanks")
+    calls = [e.payload.raw for e in events if isinstance(e, ToolCallRequested) and e.payload]
+    wire = request.to_json()
+    assert calls and all(raw in wire for raw in calls)
+    assert request.losses == []
+    body = json.loads(wire)
+    assert body["tools"][0]["function"]["name"] == "get_weather"
+    assert body["messages"][0] == {"role": "system", "content": "You are a terse assistant."}
+
+
+def test_another_server_gets_portable_calls_and_the_loss_report() -> None:
+    events = conversation("tool_call_stream", 1, server="localhost:11434")
+    request = encode_request(events, config=ChatConfig(), user="Thanks")
+    kinds = sorted({loss.kind for loss in request.losses})
+    assert kinds == ["payload", "settings"]
+    [assistant] = [m for m in json.loads(request.to_json())["messages"] if m["role"] == "assistant"]
+    arguments = [json.loads(c["function"]["arguments"]) for c in assistant["tool_calls"]]
+    assert arguments == [{"city": "Zürich", "unit": "c"}, {"city": "Kraków", "unit": "c"}]
+
+
+def test_reasoning_is_never_sent_back_but_reasoning_details_go_to_their_server() -> None:
+    deepseek = conversation("compatible_servers", 1, server="api.deepseek.com")
+    request = encode_request(deepseek, config=ChatConfig(base_url="https://api.deepseek.com"))
+    assert b"reasoning_content" not in request.to_json()
+    assert [loss.kind for loss in request.losses] == ["reasoning"]
+    router = conversation("compatible_servers", 2, server="openrouter.ai")
+    config = ChatConfig(base_url="https://openrouter.ai/api/v1")
+    [assistant] = [
+        m
+        for m in json.loads(encode_request(router, config=config).to_json())["messages"]
+        if m["role"] == "assistant"
+    ]
+    [detail] = assistant["reasoning_details"]
+    assert detail["signature"].startswith("EqQB")
+
+
+def test_a_refusal_is_replayed_as_a_refusal() -> None:
+    events = conversation("citations_refusal", 3)
+    body: Any = msgspec.json.decode(encode_request(events, config=ChatConfig()).to_json())
+    [assistant] = [m for m in body["messages"] if m["role"] == "assistant"]
+    assert assistant == {
+        "role": "assistant",
+        "content": None,
+        "refusal": "I'm sorry, I can't help with that.",
+    }
+
+
+def test_citations_are_a_loss() -> None:
+    events = conversation("citations_refusal", 1)
+    losses = encode_request(events, config=ChatConfig()).losses
+    assert "citations" in {loss.kind for loss in losses}
