@@ -6,14 +6,22 @@ not name it, so the command line names it (`ingest --server HOST`, through
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
 
+from convstore.adapters.openai_chat.client import ChatClient, api_key_for
 from convstore.adapters.openai_chat.config import ChatConfig
 from convstore.adapters.openai_chat.context import RequestContext
 from convstore.adapters.openai_chat.decode import detect_and_decode
 from convstore.adapters.openai_chat.encode import encode_request
 from convstore.adapters.openai_chat.history import history
-from convstore.adapters.wire.providers import ProviderAdapter, current_server, encode_with_config
+from convstore.adapters.wire.providers import (
+    EncodedRequest,
+    ProviderAdapter,
+    current_server,
+    encode_with_config,
+)
 from convstore.adapters.wire.secrets import scrub_request
 from convstore.domain.events import Event
 
@@ -31,10 +39,22 @@ def decode(
     return detect_and_decode(body, request=context, status=status)
 
 
+@contextmanager
+def _send(request: EncodedRequest, config: Mapping[str, Any]) -> Iterator[Iterable[bytes]]:
+    settings = ChatConfig.from_config(config)
+    key = api_key_for(settings.base_url)
+    with (
+        ChatClient(settings.base_url, key) as client,
+        client.stream_response(request.to_json()) as stream,
+    ):
+        yield stream
+
+
 ADAPTER = ProviderAdapter(
     name="openai-chat",
     decode=decode,
     history=history,
     encode=encode_with_config(ChatConfig.from_config, encode_request),
+    send=_send,
     configure=ChatConfig.from_config,
 )

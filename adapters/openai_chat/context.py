@@ -12,9 +12,13 @@ from convstore.adapters.wire.captured import decoded_settings, native_request, r
 from convstore.domain.errors import ConfigurationError
 from convstore.domain.vocabulary import RequestSettings, ToolDeclaration
 
-__all__ = ["PROVIDER", "RequestContext", "server_host", "text_of"]
+__all__ = ["PROVIDER", "SERVER_FIELD", "RequestContext", "server_host", "text_of"]
 
 PROVIDER: Final = "openai-chat"
+SERVER_FIELD: Final = "convstore_server"
+"""Where a request recording (`EncodedRequest.recorded_json`) names the server the body
+went to, which the URL carries and the body does not: read by `from_body`, never stored
+in the settings nor sent."""
 
 _HOST: Final = re.compile(r"[A-Za-z0-9.-]+(:[0-9]{1,5})?|\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?")
 
@@ -65,6 +69,10 @@ class RequestContext:
         """Read a Chat Completions request body; raises DecodeError if it is not a JSON
         object."""
         fields = request_fields(body, "Chat Completions")
+        named = decoded_settings(fields, (SERVER_FIELD,), "Chat Completions").get(SERVER_FIELD)
+        fields.pop(SERVER_FIELD, None)
+        if isinstance(named, str) and named:
+            server = named
         settings = decoded_settings(fields, _SETTINGS, "Chat Completions")
         model = settings.get("model")
         limit = settings.get("max_completion_tokens", settings.get("max_tokens"))

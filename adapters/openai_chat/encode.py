@@ -41,7 +41,7 @@ from typing import Any, Final
 import msgspec
 
 from convstore.adapters.openai_chat.config import ChatConfig
-from convstore.adapters.openai_chat.context import PROVIDER
+from convstore.adapters.openai_chat.context import PROVIDER, SERVER_FIELD
 from convstore.adapters.wire.consent import kept_declared_notes
 from convstore.adapters.wire.encoding import (
     ENCODER,
@@ -86,6 +86,8 @@ class EncodedRequest:
 
     body: dict[str, Any]
     """Builtins plus `msgspec.Raw` values; encode with `to_json` to keep payload bytes."""
+    server: str = ""
+    """The server the request goes to (the configured `base_url`'s host)."""
     losses: list[Loss] = field(default_factory=list)
     kept_declared: tuple[str, ...] = ()
     """Hosted tools declared for pending work: none on this format."""
@@ -100,8 +102,9 @@ class EncodedRequest:
         return ENCODER.encode(self.body)
 
     def recorded_json(self) -> bytes:
-        """The request as its recording keeps it: the body itself."""
-        return self.to_json()
+        """The request as its recording keeps it: the body and the server it went to
+        (`context.SERVER_FIELD`: its payloads are bound to it)."""
+        return ENCODER.encode({**self.body, SERVER_FIELD: self.server})
 
 
 def _model_id(model: str) -> ModelId:
@@ -217,7 +220,7 @@ def encode_request(
     if system:
         messages.insert(0, {"role": "system", "content": system})
     body["messages"] = messages
-    return EncodedRequest(body=body, losses=[*losses, *scan.models.assumed()])
+    return EncodedRequest(body=body, server=target.server, losses=[*losses, *scan.models.assumed()])
 
 
 def _kind(event: Event) -> str:
