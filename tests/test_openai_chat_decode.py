@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from convstore.adapters.openai_chat.context import RequestContext
 from convstore.adapters.openai_chat.decode import decode_message, decode_stream, detect_and_decode
-from convstore.adapters.wire.providers import adapter, serving
+from convstore.adapters.wire.providers import adapter, read_payload, serving
 from convstore.domain.errors import DecodeError
 from convstore.domain.events import (
     AssistantText,
@@ -156,10 +156,18 @@ def test_n_choices_interleaved_keep_the_first_typed_and_the_others_whole() -> No
     assert ended(events).usage is None
 
 
-def test_azure_filter_results_are_kept() -> None:
+def test_azure_filter_results_are_kept_and_read_as_screening_notices() -> None:
     events = decoded("compatible_servers", 4)
     assert "prompt_filter_results" in artifact(events, "response_fields")
     assert "content_filter_results" in artifact(events, "choice_fields")
+    readings = [read_payload(e.payload) for e in of(events, UnknownArtifact)]
+    notices = [n for r in readings if r is not None for n in r.notices]
+    assert [(n.kind, n.code) for n in notices] == [
+        ("screening", "content_filter.completion"),
+        ("screening", "content_filter.prompt"),
+    ]
+    assert notices[1].details["jailbreak"] == "not detected"
+    assert notices[0].details["filtered"] == "none" and notices[0].details["hate"] == "safe"
 
 
 def test_perplexity_citations_are_kept_and_fractional_costs_are_unread() -> None:

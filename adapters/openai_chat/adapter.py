@@ -16,6 +16,7 @@ from convstore.adapters.openai_chat.context import RequestContext
 from convstore.adapters.openai_chat.decode import detect_and_decode
 from convstore.adapters.openai_chat.encode import encode_request
 from convstore.adapters.openai_chat.history import history
+from convstore.adapters.openai_chat.notices import interpret
 from convstore.adapters.wire.providers import (
     EncodedRequest,
     ProviderAdapter,
@@ -56,5 +57,6 @@ ADAPTER = ProviderAdapter(
     history=history,
     encode=encode_with_config(ChatConfig.from_config, encode_request),
     send=_send,
+    interpret=interpret,
     configure=ChatConfig.from_config,
 )
