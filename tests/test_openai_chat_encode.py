@@ -11,10 +11,13 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from convstore.adapters.openai_chat.config import ChatConfig
 from convstore.adapters.openai_chat.encode import encode_request
 from convstore.adapters.wire.providers import adapter, serving
+from convstore.domain.errors import DecodeError
 from convstore.domain.events import Event, ToolCallRequested
 from convstore.storage import open_store
 from tests.recorded import Recorded, recorded_conversations
@@ -113,3 +116,92 @@ def test_citations_are_a_loss() -> None:
     events = conversation("citations_refusal", 1)
     losses = encode_request(events, config=ChatConfig()).losses
     assert "citations" in {loss.kind for loss in losses}
+
+
+# --- decode → record → encode, as properties ---------------------------------------------------
+
+_TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=12)
+_ARGUMENTS = st.dictionaries(
+    st.text(max_size=6), st.integers() | st.text(max_size=6) | st.booleans(), max_size=3
+)
+
+
+@st.composite
+def answers(draw: st.DrawFn) -> dict[str, Any]:
+    """A whole `chat.completion` with text and/or tool calls (arguments spelled freely)."""
+    calls = [
+        {
+            "id": f"call_{n}",
+            "type": "function",
+            "function": {
+                "name": draw(st.sampled_from(["f", "get_weather", "lookup"])),
+                "arguments": json.dumps(
+                    arguments,
+                    ensure_ascii=draw(st.booleans()),
+                    indent=draw(st.sampled_from([None, 1])),
+                ),
+            },
+        }
+        for n, arguments in enumerate(draw(st.lists(_ARGUMENTS, max_size=3)))
+    ]
+    text = draw(st.none() | _TEXT) if calls else draw(_TEXT)
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if calls:
+        message["tool_calls"] = calls
+    finish = "tool_calls" if calls else "stop"
+    return {
+        "id": "chatcmpl-prop",
+        "object": "chat.completion",
+        "model": "m-1",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+    }
+
+
+def _recorded(body: bytes, server: str) -> list[Event]:
+    decode = adapter("openai-chat").decode
+    with open_store("sqlite:///:memory:") as store, serving(server):
+        conversation_id = store.service.start("property")
+        store.service.ingest(conversation_id, decode(body, b'{"model":"m","messages":[]}', None))
+        return list(store.service.events(conversation_id))
+
+
+@settings(max_examples=40, deadline=None)
+@given(answer=answers())
+def test_a_recorded_answer_replays_to_its_server_as_it_came(answer: dict[str, Any]) -> None:
+    body = json.dumps(answer, ensure_ascii=False).encode()
+    events = _recorded(body, "localhost:8000")
+    request = encode_request(
+        events, config=ChatConfig(base_url="http://localhost:8000/v1"), user="next"
+    )
+    assert request.losses == []
+    [assistant] = [m for m in json.loads(request.to_json())["messages"] if m["role"] == "assistant"]
+    message = answer["choices"][0]["message"]
+    assert assistant.get("content") == message["content"]
+    assert assistant.get("tool_calls") == message.get("tool_calls")  # arguments as sent
+
+
+@settings(max_examples=40, deadline=None)
+@given(answer=answers())
+def test_a_recorded_answer_replays_portably_to_another_server(answer: dict[str, Any]) -> None:
+    events = _recorded(json.dumps(answer).encode(), "localhost:8000")
+    request = encode_request(events, config=ChatConfig(), user="next")
+    body = json.loads(request.to_json())
+    assert_valid_chat_request(body)
+    [assistant] = [m for m in body["messages"] if m["role"] == "assistant"]
+    calls = answer["choices"][0]["message"].get("tool_calls", [])
+    rebuilt = assistant.get("tool_calls", [])
+    assert [json.loads(c["function"]["arguments"]) for c in rebuilt] == [
+        json.loads(c["function"]["arguments"]) for c in calls
+    ]
+    kinds = [loss.kind for loss in request.losses]
+    assert kinds.count("settings") == 1  # recorded for the other server: portable settings
+    assert kinds.count("payload") == len(calls) == len(kinds) - 1
+
+
+def test_a_request_that_does_not_continue_the_conversation_is_refused(
+    tmp_path: Path,
+) -> None:
+    events = conversation("tool_call_stream", 1)
+    other = json.dumps({"model": "m", "messages": [{"role": "user", "content": "Something else"}]})
+    with pytest.raises(DecodeError, match="differs from the request"):
+        adapter("openai-chat").need_history()(events, other.encode())
