@@ -205,3 +205,37 @@ def test_a_request_that_does_not_continue_the_conversation_is_refused(
     other = json.dumps({"model": "m", "messages": [{"role": "user", "content": "Something else"}]})
     with pytest.raises(DecodeError, match="differs from the request"):
         adapter("openai-chat").need_history()(events, other.encode())
+
+
+def test_an_image_part_of_a_captured_request_goes_back_with_its_text(tmp_path: Path) -> None:
+    image = {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}
+    request = {
+        "model": "gpt-4.1",
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "What is this?"}, image]}
+        ],
+    }
+    drafts = adapter("openai-chat").need_history()([], json.dumps(request).encode())
+    with open_store("sqlite:///:memory:") as store:
+        conversation_id = store.service.start("image")
+        store.service.ingest_exchange(
+            conversation_id,
+            [(m.role, m.drafts) for m in drafts],
+            decode_events(),
+            at_version=1,
+            title="image",
+        )
+        events = list(store.service.events(conversation_id))
+    body = json.loads(encode_request(events, config=ChatConfig()).to_json())
+    assert body["messages"][0] == {
+        "role": "user",
+        "content": [{"type": "text", "text": "What is this?"}, image],
+    }
+    assert_valid_chat_request(body)
+
+
+def decode_events() -> list[Event]:
+    message = {"role": "assistant", "content": "A cat."}
+    choice = {"index": 0, "message": message, "finish_reason": "stop"}
+    answer = json.dumps({"id": "c-img", "model": "gpt-4.1", "choices": [choice]}).encode()
+    return list(adapter("openai-chat").decode(answer, None, None))

@@ -5,7 +5,9 @@ it on a Chat Completions server (`EncodedRequest`: the body and the `Loss`es). I
 only: it never writes to the store.
 
 Messages
-    `UserMessage` → a `user` message (one block: a string; several: text parts).
+    `UserMessage` → a `user` message (one block: a string; several: text parts); a part
+    of a user message this format kept as it came (`user_part`: an image, audio, a file)
+    joins the user message before it, byte for byte.
     `ContextInjected` → a `user` message `<context source="…">…</context>`. A response →
     one `assistant` message: its texts joined as `content`, a refusal as `refusal`, its
     client tool calls as `tool_calls`. `ToolCallResponded` → a `tool` message for its
@@ -210,6 +212,8 @@ def encode_request(
             )
         elif assistant is not None:
             _response_event(event, assistant, target, losses)
+        elif isinstance(event, UnknownArtifact) and _user_part(event, messages):
+            continue
         elif isinstance(event, UnknownArtifact | HostedActivity):
             losses.append(event_loss(event, _kind(event), "outside any response; left out"))
     if user:
@@ -221,6 +225,28 @@ def encode_request(
         messages.insert(0, {"role": "system", "content": system})
     body["messages"] = messages
     return EncodedRequest(body=body, server=target.server, losses=[*losses, *scan.models.assumed()])
+
+
+def _user_part(event: UnknownArtifact, messages: list[Any]) -> bool:
+    """Add a user message's part this format kept (an image, audio, a file: `user_part`)
+    to the user message before it, or a message of a role it does not type (`message`)
+    as it came; False for any other artifact."""
+    payload = event.payload
+    if payload.provider != PROVIDER or payload.format not in ("user_part", "message"):
+        return False
+    part = msgspec.Raw(payload.raw)
+    if payload.format == "message":
+        messages.append(part)
+        return True
+    last = messages[-1] if messages else None
+    if isinstance(last, dict) and last.get("role") == "user":
+        content = last["content"]
+        if isinstance(content, str):
+            content = [{"type": "text", "text": content}]
+        last["content"] = [*content, part]
+    else:
+        messages.append({"role": "user", "content": [part]})
+    return True
 
 
 def _kind(event: Event) -> str:
