@@ -41,6 +41,21 @@ def _error(error: openai.APIError) -> tuple[str, str]:
     return str(kind), str(body.get("message", ""))
 
 
+def _numbered(reading: Reading, extra: Mapping[str, Any] | None) -> None:
+    """Perplexity's top-level `citations` (the SDK keeps them as extra fields): the source
+    its `[n]` marker numbers, at the point the marker stands (`@pos`), titled from
+    `search_results`."""
+    citations = (extra or {}).get("citations")
+    if not isinstance(citations, list) or not reading.texts:
+        return
+    results = (extra or {}).get("search_results") or []
+    titles = {r.get("url"): r.get("title") for r in results if isinstance(r, dict)}
+    text = reading.texts[0]
+    for number, url in enumerate(citations, start=1):
+        at = text.find(f"[{number}]")
+        reading.citations.append(Cite(0, url, titles.get(url), f"@{at}" if at >= 0 else None))
+
+
 def _message_reading(message: Mapping[str, Any], finish: str | None, usage: Any) -> Reading:
     reading = Reading(stop_reason=finish, usage=flat_counters(usage) if usage else {})
     reasoning = message.get("reasoning_content") or message.get("reasoning")
@@ -132,9 +147,11 @@ def chat_reading(capture: Capture) -> Reading:
                 usage = (
                     None if completion.usage is None else completion.usage.model_dump(mode="json")
                 )
-                return _message_reading(
+                reading = _message_reading(
                     choice.message.model_dump(mode="json"), choice.finish_reason, usage
                 )
+                _numbered(reading, completion.model_dump(mode="json"))
+                return reading
         except openai.APIError as failed:
             message, _, usage = _joined(chunks)
             reading = _message_reading(message, None, None)
@@ -145,4 +162,6 @@ def chat_reading(capture: Capture) -> Reading:
         return Reading(
             texts=reading.texts, error=("incomplete_stream", "the stream ended before [DONE]")
         )
-    return _message_reading(message, finish, usage)
+    reading = _message_reading(message, finish, usage)
+    _numbered(reading, chunks[-1].model_dump(mode="json") if chunks else None)
+    return reading

@@ -25,6 +25,7 @@ from convstore.domain.events import (
     ToolCallRequested,
     UnknownArtifact,
 )
+from convstore.domain.vocabulary import TextRange
 
 EXAMPLES = Path(__file__).parents[1] / "examples" / "openai-chat"
 
@@ -170,12 +171,19 @@ def test_azure_filter_results_are_kept_and_read_as_screening_notices() -> None:
     assert notices[0].details["filtered"] == "none" and notices[0].details["hate"] == "safe"
 
 
-def test_perplexity_citations_are_kept_and_fractional_costs_are_unread() -> None:
+def test_perplexity_citations_are_numbered_sources_and_fractional_costs_unread() -> None:
     events = decoded("compatible_servers", 5)
     fields = artifact(events, "response_fields")
     assert fields["citations"] == ["https://example.com/bern", "https://example.net/swiss-capital"]
     assert len(fields["search_results"]) == 2
     assert artifact(events, "unread_usage")["usage"]["cost"]["total_cost"] == 0.005
+    [text] = of(events, AssistantText)  # its [n] markers number the citations
+    placed = [(a.source.url, a.source.title, a.range) for a in text.attributions]
+    assert placed == [
+        ("https://example.com/bern", "Bern", TextRange(40, 40)),
+        ("https://example.net/swiss-capital", "Capital of Switzerland", TextRange(43, 43)),
+    ]
+    assert text.text[40:46] == "[1][2]"
 
 
 def test_an_error_chunk_mid_stream_fails_the_response_and_keeps_the_text() -> None:

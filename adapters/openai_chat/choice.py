@@ -10,8 +10,10 @@ becomes, in order:
   encrypted is `redacted`. Cut reasoning is stored unsigned (no payload);
 - an AssistantText of the `content`, its `url_citation` annotations as attributions (the
   range, code points end-exclusive, is checked against the text: one that does not lie in
-  it is dropped and logged, without the text), with the whole message as its payload
-  (format `message`, bound);
+  it is dropped and logged, without the text), then one attribution per source of
+  Perplexity's top-level `citations` (its `[n]` markers number them; the range is the
+  point where `[n]` first stands, none where it does not), with the whole message as its
+  payload (format `message`, bound);
 - an AssistantText of the `refusal` (the response then ends `refusal`);
 - a ToolCallRequested per `tool_calls` entry (its id, its function's name, the arguments
   parsed from their JSON string) with the tool call as payload (format `tool_call`). A
@@ -128,9 +130,18 @@ class Choice:
 class ChoiceMapper:
     """Maps the choices of one response to drafts."""
 
-    def __init__(self, response_id: ResponseId, binding: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        response_id: ResponseId,
+        binding: Mapping[str, str],
+        *,
+        numbered: Sequence[Source] = (),
+    ) -> None:
         self.response_id = response_id
         self.binding = dict(binding)
+        self.numbered = numbered
+        """Sources the text's `[n]` markers number (Perplexity's `citations`), read when a
+        choice is mapped (a stream's chunks may bring them before it closes)."""
         self._calls: set[str] = set()
         self.client_calls = 0
         """ToolCallRequested drafts made: the response then ends `tool_use`."""
@@ -169,7 +180,10 @@ class ChoiceMapper:
                 AssistantText(
                     response_id=self.response_id,
                     text=text,
-                    attributions=self._attributions(message.get("annotations"), text),
+                    attributions=(
+                        *self._attributions(message.get("annotations"), text),
+                        *self._numbered(text),
+                    ),
                     attributions_complete=choice.complete,
                     payload=self.payload("message" if choice.complete else "partial", raw),
                 )
@@ -249,6 +263,17 @@ class ChoiceMapper:
             )
             out.append(Attribution(source=source, range=text_range, unplaced=unplaced))
         return tuple(out)
+
+    def _numbered(self, text: str) -> list[Attribution]:
+        """One attribution per numbered source, at the point where its first `[n]` marker
+        stands in the text (no range where the text has none: the server named no span)."""
+        out = []
+        for number, source in enumerate(self.numbered, start=1):
+            at = text.find(f"[{number}]")
+            point = TextRange(at, at) if at >= 0 else None
+            unplaced = "" if point is not None else f"no [{number}] marker in the text"
+            out.append(Attribution(source=source, range=point, unplaced=unplaced))
+        return out
 
     def _tool_call(self, call: ToolCall, position: int, *, complete: bool) -> Event:
         value = call.value

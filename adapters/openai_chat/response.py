@@ -18,7 +18,14 @@ from convstore.adapters.wire.counts import (
     read_counters,
 )
 from convstore.domain.events import Event, ResponseEnded, ResponseStarted
-from convstore.domain.vocabulary import EndState, ErrorInfo, FinishReason, ResponseId, Usage
+from convstore.domain.vocabulary import (
+    EndState,
+    ErrorInfo,
+    FinishReason,
+    ResponseId,
+    Source,
+    Usage,
+)
 
 __all__ = [
     "FINISH_REASONS",
@@ -125,6 +132,23 @@ def failed_response(
     ]
 
 
+def numbered_sources(citations: Any, results: Any) -> list[Source]:
+    """Perplexity's `citations` (URLs, in the order its `[n]` markers number them) as web
+    sources, titled from its `search_results` where one has the same URL."""
+    if not isinstance(citations, list):
+        return []
+    titles = {
+        r["url"]: r["title"]
+        for r in (results if isinstance(results, list) else ())
+        if isinstance(r, dict) and isinstance(r.get("url"), str) and isinstance(r.get("title"), str)
+    }
+    return [
+        Source(kind="web", url=url, title=titles.get(url))
+        for url in citations
+        if isinstance(url, str)
+    ]
+
+
 class ResponseHead:
     """The response-level state of one response: id, model, usage, other fields."""
 
@@ -138,10 +162,14 @@ class ResponseHead:
         self.extras: dict[str, msgspec.Raw] = {}
         self.finish_reason: str | None = None
         """The first choice's `finish_reason`."""
+        self.numbered: list[Source] = []
+        """Perplexity's top-level `citations`: the sources its `[n]` markers number."""
         self.update(fields)
         self.model = self.model or context.model
         binding = {"model": self.model} if self.model else {}
-        self.mapper = ChoiceMapper(response_id, {**binding, **context.binding_base})
+        self.mapper = ChoiceMapper(
+            response_id, {**binding, **context.binding_base}, numbered=self.numbered
+        )
 
     def update(self, fields: Mapping[str, msgspec.Raw]) -> None:
         """Take in a newer copy of the response-level fields (a later chunk's)."""
@@ -155,6 +183,10 @@ class ResponseHead:
         usage = fields.get("usage")
         if usage is not None and bytes(usage) != _NULL:
             self.usage = usage
+        if "citations" in fields:
+            self.numbered[:] = numbered_sources(
+                _decode(fields["citations"]), _decode(fields.get("search_results"))
+            )
 
     def started(self) -> ResponseStarted:
         """The response's ResponseStarted draft."""
