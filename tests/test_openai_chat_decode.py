@@ -423,3 +423,18 @@ def test_a_stream_cut_anywhere_never_crashes_and_never_requests_a_cut_call(
     if end.state != "completed":
         assert not of(events, ToolCallRequested)
     assert isinstance(events[0], ResponseStarted)
+
+
+def test_a_chunk_of_another_shape_or_after_its_choice_finished_is_kept_as_it_came() -> None:
+    chunks = [
+        b'{"id":"c6","choices":[{"index":0,"delta":{"content":"a"}}]}',
+        b'{"id":"c6","choices":{"index":0}}',
+        b'{"id":"c6","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}',
+        b'{"id":"c6","choices":[{"index":0,"delta":{"content":"late"}}]}',
+    ]
+    body = b"".join(b"data: " + c + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+    events = list(decode_stream([body]))
+    formats = [e.payload.format for e in of(events, UnknownArtifact)]
+    assert formats[:2] == ["stream_chunk", "stream_choice"]
+    assert [e.text for e in of(events, AssistantText)] == ["a"]
+    assert ended(events).state == "completed"

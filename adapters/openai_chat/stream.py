@@ -282,13 +282,14 @@ class StreamDecoder:
         else:
             self.head.update(fields)
         if choices is None:
-            out.append(self.head_mapper_unknown(data.strip(), "stream_chunk"))
+            out.append(self._unknown(data.strip(), "stream_chunk"))
             return out
         for choice in choices:
             out.extend(self._choice(choice))
         return out
 
-    def head_mapper_unknown(self, value: bytes, fmt: str) -> Event:
+    def _unknown(self, value: bytes, fmt: str) -> Event:
+        """A chunk (or part of one) kept as it came: its choices were not a list."""
         assert self.head is not None
         return self.head.mapper.unknown_value(value, fmt)
 
