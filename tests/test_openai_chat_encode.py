@@ -239,3 +239,43 @@ def decode_events() -> list[Event]:
     choice = {"index": 0, "message": message, "finish_reason": "stop"}
     answer = json.dumps({"id": "c-img", "model": "gpt-4.1", "choices": [choice]}).encode()
     return list(adapter("openai-chat").decode(answer, None, None))
+
+
+def _recorded_named(name: str) -> Recorded:
+    return next(r for r in RECORDED if str(r) == name)
+
+
+@pytest.mark.parametrize(
+    ("name", "kinds"),
+    [
+        ("examples/anthropic/thinking_tool_roundtrip/2", {"reasoning", "payload"}),
+        ("examples/google/thinking_function_roundtrip/2", {"reasoning", "payload"}),
+    ],
+)
+def test_replay_from_anthropic_and_gemini_lists_what_it_leaves_out(
+    name: str, kinds: set[str]
+) -> None:
+    recorded = _recorded_named(name)
+    request = adapter("openai-chat").need_encode()(list(recorded.events), {}, "gpt-4.1", None)
+    assert kinds <= {loss.kind for loss in request.losses}
+    body = json.loads(request.to_json())
+    assert_valid_chat_request(body)
+    answered = {m["tool_call_id"] for m in body["messages"] if m["role"] == "tool"}
+    called = {
+        c["id"]
+        for m in body["messages"]
+        if m["role"] == "assistant"
+        for c in m.get("tool_calls", ())
+    }
+    assert called and called == answered  # every call and its result, by the same id
+
+
+@pytest.mark.parametrize("target", ["anthropic", "google"])
+def test_replay_to_anthropic_and_gemini_lists_the_chat_payloads_left_out(target: str) -> None:
+    recorded = _recorded_named("examples/openai-chat/compatible_servers/2")  # OpenRouter
+    model = {"anthropic": "claude-sonnet-4-5", "google": "gemini-2.5-flash"}[target]
+    request = adapter(target).need_encode()(list(recorded.events), {}, model, "And then?")
+    reasons = [loss for loss in request.losses if loss.event == "Reasoning"]
+    assert reasons, request.losses  # the signed reasoning_details cannot go to another provider
+    text = json.dumps(json.loads(request.to_json()))
+    assert "EqQB" not in text  # the signature is never sent elsewhere
