@@ -67,12 +67,13 @@ class RequestContext:
     @classmethod
     def from_body(cls, body: bytes | str, *, server: str = "") -> RequestContext:
         """Read a Chat Completions request body; raises DecodeError if it is not a JSON
-        object."""
+        object. `server`, when given, is the server; else the one the body's recording
+        names (`SERVER_FIELD`), if any."""
         fields = request_fields(body, "Chat Completions")
         named = decoded_settings(fields, (SERVER_FIELD,), "Chat Completions").get(SERVER_FIELD)
         fields.pop(SERVER_FIELD, None)
-        if isinstance(named, str) and named:
-            server = named
+        if not server and isinstance(named, str) and named:
+            server = named  # the server a recording names, unless the caller named one
         settings = decoded_settings(fields, _SETTINGS, "Chat Completions")
         model = settings.get("model")
         limit = settings.get("max_completion_tokens", settings.get("max_tokens"))
