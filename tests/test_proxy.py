@@ -484,6 +484,7 @@ def test_a_compatible_server_is_recorded_bound_to_its_host(store: Store) -> None
         upstream.enqueue(_reply(found))
         ours = upstreams([f"openai-chat={upstream.url}/api"])
         assert ours["openai"] == DEFAULT_UPSTREAMS["openai"]  # Responses still go to OpenAI
+        assert upstreams(["openai=http://x:1"])["openai-chat"] == "http://x:1"  # as before
         with httpx2.Client(transport=recording_transport(store, httpx_module=httpx2)) as http:
             _call("openai-chat", False, ours["openai-chat"], http)  # under its base path
         assert upstream.requests[0].path == "/api/v1/chat/completions"

@@ -81,9 +81,12 @@ def route(path: str, headers: Mapping[str, str]) -> Route | None:
 
 
 def upstreams(given: Iterable[str]) -> dict[str, str]:
-    """The upstream of every provider: `PROVIDER=URL` entries over the defaults; a
-    ConfigurationError for an unknown provider or a URL that is not http(s)."""
+    """The upstream of every provider: `PROVIDER=URL` entries over the defaults (Chat
+    Completions follow an `openai` one unless `openai-chat` has its own, as they did
+    before they were recorded); a ConfigurationError for an unknown provider or a URL
+    that is not http(s)."""
     found = dict(DEFAULT_UPSTREAMS)
+    named: set[str] = set()
     for entry in given:
         name, sep, url = entry.partition("=")
         name = "google" if name.strip() == "gemini" else name.strip()
@@ -96,4 +99,7 @@ def upstreams(given: Iterable[str]) -> dict[str, str]:
         if not re.fullmatch(r"https?://[^/\s?#]+(/[^\s?#]*)?", url):
             raise ConfigurationError(f"--upstream {entry!r}: the URL must be http(s)://HOST[:PORT]")
         found[name] = url
+        named.add(name)
+    if "openai" in named and "openai-chat" not in named:
+        found["openai-chat"] = found["openai"]
     return found
