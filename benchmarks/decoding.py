@@ -1,4 +1,5 @@
-"""Figure 8: decoding. Stream decode throughput against `orjson.loads` (8a-8c), end-to-end
+"""Figure 8: decoding. Stream decode throughput against `orjson.loads` (8a-8c; 8j for
+Chat Completions, `openai-chat`, example captures only), end-to-end
 ingest against the decode alone (8d, 8e; 8i in a commit group, as batch ingest runs), and
 peak memory of a 100 MB stream (8f-8h).
 
@@ -42,6 +43,7 @@ from convstore.adapters.anthropic import decode as anthropic
 from convstore.adapters.google import decode as google
 from convstore.adapters.google.context import RequestContext as GoogleContext
 from convstore.adapters.openai import decode as openai
+from convstore.adapters.openai_chat import decode as openai_chat
 from convstore.adapters.wire.sse import iter_events
 from convstore.domain import Event
 from convstore.storage import open_store
@@ -55,6 +57,8 @@ WEB_SEARCH = (
 )
 """The web search streams of 8d (ours) and 8e (recorded)."""
 
+DONE = "[DONE]"
+"""Chat Completions' end-of-stream marker: a `data:` payload that is not JSON."""
 CHUNK = 64 * 1024
 """Read size of the memory figures' stream files."""
 MiB = 1024 * 1024
@@ -68,8 +72,9 @@ class Provider:
     examples: str
     wire: str
     decode: Callable[..., Iterator[Event]]
-    synthetic: Callable[[IO[bytes], list[int]], int]
-    """Writes a stream of text blocks of the given sizes; returns its largest event's data."""
+    synthetic: Callable[[IO[bytes], list[int]], int] | None = None
+    """Writes a stream of text blocks of the given sizes; returns its largest event's data
+    (None: no memory figure)."""
     request: Any = None
     """The request context the memory figure decodes with."""
 
@@ -253,6 +258,8 @@ PROVIDERS: dict[str, Provider] = {
         request=GoogleContext(grounding=False),
     ),
 }
+CHAT = Provider("Chat Completions", "openai-chat", "openai-chat", openai_chat.decode_stream)
+"""8j: throughput only."""
 
 
 def block_sizes(total: int, largest: int) -> list[int]:
@@ -277,7 +284,7 @@ def captures(provider: Provider) -> list[bytes]:
 def throughput_figure(letter: str, provider: Provider, sizes: Sizes) -> Figure:
     """8a-8c: decode_stream of the captures against orjson.loads of their payloads."""
     bodies = captures(provider)
-    payloads = [[event.data.encode() for event in iter_events([body])] for body in bodies]
+    payloads = [[e.data.encode() for e in iter_events([body]) if e.data != DONE] for body in bodies]
     decode = provider.decode
 
     def ours() -> None:
@@ -298,12 +305,16 @@ def throughput_figure(letter: str, provider: Provider, sizes: Sizes) -> Figure:
     timings = interleave(
         {"ours": ours, "orjson": baseline}, rounds=rounds, warmup=sizes.warmup, number=5
     )
-    recorded = "recorded and example" if WIRE.is_dir() else "example (no recorded traffic)"
+    recorded = (
+        "recorded and example"
+        if (WIRE / provider.wire).is_dir()
+        else "example (no recorded traffic)"
+    )
     return Figure(
         f"8{letter}",
         f"{provider.name} SSE decode throughput",
-        f"{provider.examples}.decode.decode_stream of each body (framing, JSON, assembly, "
-        "mapping to drafts)",
+        f"{provider.examples.replace('-', '_')}.decode.decode_stream of each body (framing, "
+        "JSON, assembly, mapping to drafts)",
         "orjson.loads of the same data payloads (framed beforehand)",
         "throughput",
         timings.median("ours") / events,
@@ -477,6 +488,7 @@ def memory_figure(letter: str, provider: Provider, sizes: Sizes, folder: Path) -
     path = folder / f"decoding-{provider.examples}.sse"
     database = folder / f"decoding-memory-{provider.examples}.db"
     try:
+        assert provider.synthetic is not None
         with path.open("wb") as out:
             largest_event = provider.synthetic(out, blocks)
         largest = max(*blocks, largest_event)
@@ -526,8 +538,9 @@ def _copies(provider: Provider) -> int:
 
 
 def decoding_figures(sizes: Sizes, folder: Path) -> list[Figure]:
-    """Figures 8a-8i."""
+    """Figures 8a-8j."""
     figures = [throughput_figure(letter, p, sizes) for letter, p in PROVIDERS.items()]
+    figures.append(throughput_figure("j", CHAT, sizes))
     figures += ingest_figures(sizes, folder)
     figures.append(batch_ingest_figure(sizes, folder))
     for letter, provider in zip("fgh", PROVIDERS.values(), strict=True):

@@ -26,13 +26,19 @@ from tests.replay_server import EXAMPLES, WIRE
 
 __all__ = ["Recorded", "recorded_conversations"]
 
-_WIRE_FOLDER: Final = {"anthropic": "anthropic", "openai": "openai", "google": "gemini"}
+_WIRE_FOLDER: Final = {
+    "anthropic": "anthropic",
+    "openai": "openai",
+    "google": "gemini",
+    "openai-chat": "openai-chat",
+}
 """Each provider's folder in the conformance corpus."""
 
 _MODEL_PATHS: Final = {
     "anthropic": ("/v1/messages",),
     "openai": ("/v1/responses",),
     "google": (":generateContent", ":streamGenerateContent"),
+    "openai-chat": ("/chat/completions",),
 }
 """How a model exchange's path ends, per provider (other exchanges are set-up calls)."""
 

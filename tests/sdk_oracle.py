@@ -238,6 +238,13 @@ PORTABLE_USAGE: Mapping[str, Mapping[str, str]] = {
         "cache_write_tokens": "input_tokens_details.cache_write_tokens",
         "reasoning_tokens": "output_tokens_details.reasoning_tokens",
     },
+    "openai-chat": {
+        "input_tokens": "prompt_tokens",
+        "output_tokens": "completion_tokens",
+        "cache_read_tokens": "prompt_tokens_details.cached_tokens",
+        "cache_write_tokens": "prompt_tokens_details.cache_write_tokens",
+        "reasoning_tokens": "completion_tokens_details.reasoning_tokens",
+    },
     "google": {
         "input_tokens": "promptTokenCount",
         "output_tokens": "candidatesTokenCount",
@@ -251,6 +258,7 @@ HOSTED_USAGE: Mapping[str, Mapping[str, str]] = {
     "anthropic": {"": "server_tool_use."},
     "openai": {"web_search_requests": "tool_usage.web_search.num_requests", "": "tool_usage."},
     "google": {"": ""},
+    "openai-chat": {"": ""},
 }
 """Where a portable hosted counter comes from: its provider name, or the prefix (key "")."""
 
@@ -383,7 +391,13 @@ def our_reading(provider: str, capture: Capture) -> Reading:
 
 # --- the captures ---------------------------------------------------------------------------------
 
-MODEL_PATHS = ("/v1/messages", "/v1/responses", ":generateContent", ":streamGenerateContent")
+MODEL_PATHS = (
+    "/v1/messages",
+    "/v1/responses",
+    ":generateContent",
+    ":streamGenerateContent",
+    "/chat/completions",
+)
 """Paths of model exchanges (the corpus's other exchanges set up files and vector stores)."""
 
 CORPORA: Mapping[str, tuple[tuple[Path, str], ...]] = {
@@ -393,6 +407,10 @@ CORPORA: Mapping[str, tuple[tuple[Path, str], ...]] = {
     ),
     "openai": ((EXAMPLES / "openai", "examples/openai"), (WIRE / "openai", "wire/openai")),
     "google": ((EXAMPLES / "google", "examples/google"), (WIRE / "gemini", "wire/gemini")),
+    "openai-chat": (
+        (EXAMPLES / "openai-chat", "examples/openai-chat"),
+        (WIRE / "openai-chat", "wire/openai-chat"),
+    ),
 }
 
 

@@ -26,6 +26,7 @@ from google.genai import errors as genai_errors
 from google.genai import types as genai_types
 
 from tests.replay_server import Capture, ReplayServer, Reply
+from tests.sdk_chat_reader import chat_reading
 from tests.sdk_oracle import (
     Call,
     Cite,
@@ -561,5 +562,6 @@ READERS: Mapping[str, Callable[[Capture], Reading]] = {
     "anthropic": anthropic_reading,
     "openai": openai_reading,
     "google": gemini_reading,
+    "openai-chat": chat_reading,
 }
 """Each provider's SDK reader."""

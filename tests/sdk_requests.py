@@ -37,6 +37,7 @@ from typing_extensions import is_typeddict
 __all__ = [
     "Path",
     "assert_valid_anthropic_request",
+    "assert_valid_chat_request",
     "assert_valid_google_request",
     "assert_valid_openai_request",
     "verbatim_paths",
@@ -103,6 +104,21 @@ def assert_valid_openai_request(body: Mapping[str, Any], *, exempt: Collection[P
         *_items(checked, "tools", _validator(ToolParam)),
     ]
     _assert_parts("openai", parts, _Part((), checked, _validator(ResponseCreateParams)))
+
+
+def assert_valid_chat_request(body: Mapping[str, Any], *, exempt: Collection[Path] = ()) -> None:
+    """Fail unless `body` is a Chat Completions request the `openai` SDK's types accept
+    unchanged (`CompletionCreateParamsBase`; each message as a `ChatCompletionMessageParam`,
+    each tool as a `ChatCompletionToolUnionParam`)."""
+    from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolUnionParam
+    from openai.types.chat.completion_create_params import CompletionCreateParamsBase
+
+    checked = _without(body, exempt)
+    parts = [
+        *_items(checked, "messages", _validator(ChatCompletionMessageParam)),
+        *_items(checked, "tools", _validator(ChatCompletionToolUnionParam)),
+    ]
+    _assert_parts("openai", parts, _Part((), checked, _validator(CompletionCreateParamsBase)))
 
 
 def assert_valid_anthropic_request(

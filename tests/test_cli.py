@@ -512,9 +512,9 @@ def test_version_and_the_provider_choices(capsys: pytest.CaptureFixture[str]) ->
     assert cli.main(["--version"]) == 0
     assert capsys.readouterr().out == f"convstore {version('convstore')}\n"
     assert cli.main(["ingest", "--help"]) == 0
-    assert "--provider {anthropic,openai,google}" in capsys.readouterr().out
+    assert "--provider {anthropic,openai,google,openai-chat}" in capsys.readouterr().out
     assert cli.main(["replay", "0" * 32, "--to", "gpt", "--dry-run"]) == 2
-    assert "'gpt' is not one of anthropic, openai, google (gemini for google)" in (
+    assert "'gpt' is not one of anthropic, openai, google, openai-chat (gemini for google)" in (
         capsys.readouterr().err
     )
     parsed = program.build_parser().parse_args(["replay", "0" * 32, "--to", "gemini"])
@@ -548,7 +548,7 @@ def test_shell_completion_completes_commands_options_and_choices(shell: str) -> 
     assert done.stdout.splitlines() == [
         "ingest",
         "--provider",
-        "anthropic openai google",
+        "anthropic openai google openai-chat",
         "json jsonl md",
         "",  # a file name: left to the shell's default completion
     ]

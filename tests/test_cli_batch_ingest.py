@@ -31,7 +31,12 @@ from tests.terminal import Terminal
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 SCHEMA = json.loads((ROOT / "adapters" / "cli" / "schemas" / "ingest.schema.json").read_text())
-MESSAGES = {"anthropic": "messages", "openai": "input", "google": "contents"}
+MESSAGES = {
+    "anthropic": "messages",
+    "openai": "input",
+    "google": "contents",
+    "openai-chat": "messages",
+}
 """Where each provider's request holds its conversation."""
 FAILURE = {"error", "error_detail"}
 """A refused batch's `--json`: nothing was written."""

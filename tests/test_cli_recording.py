@@ -46,7 +46,7 @@ KEY = "sk-ant-api03-CLI-RECORDING-0123456789abcdef-KEY"
 QUESTION = "Should I pack an umbrella for Zürich tomorrow?"
 FOLLOW_UP = "Thanks! And the day after tomorrow?"
 MODEL = "claude-sonnet-4-5"
-SWITCH = {"openai": "gpt-5.1", "google": "gemini-2.5-flash"}
+SWITCH = {"openai": "gpt-5.1", "google": "gemini-2.5-flash", "openai-chat": "gpt-4.1"}
 """A model for a request to another provider (one is needed to build it)."""
 RESPONSE_KEYS = {"response_id", "ended", "events", "already_stored", "attempt"}
 BATCH_KEYS = {"captures", "summary"}
@@ -647,7 +647,13 @@ def test_ask_http_400_records_a_failed_response(
 # --- every capture: our examples and ../shared/wire ------------------------------------------
 
 WIRE_PROVIDERS = {"anthropic": "anthropic", "openai": "openai", "gemini": "google"}
-MODEL_CALLS = ("/v1/messages", "/v1/responses", ":generateContent", ":streamGenerateContent")
+MODEL_CALLS = (
+    "/v1/messages",
+    "/v1/responses",
+    ":generateContent",
+    ":streamGenerateContent",
+    "/chat/completions",
+)
 
 
 def sequences() -> list[Any]:
@@ -700,6 +706,10 @@ def expected_exit(provider: str, response: Path, status: int) -> int:
         broken = "error" in types or "response.failed" in types
         broken |= streamed_body and not final & set(types)
         broken |= not streamed_body and documents[0].get("status") == "failed"
+    elif provider == "openai-chat":
+        broken = any("error" in d for d in documents)
+        finished = [c for d in documents for c in d.get("choices") or () if c.get("finish_reason")]
+        broken |= streamed_body and b"data: [DONE]" not in body and not finished
     else:
         broken = any("error" in d for d in documents)
         last = documents[-1] if documents else {}

@@ -55,6 +55,7 @@ from hypothesis import strategies as st
 from convstore.adapters.anthropic import decode as anthropic_decode
 from convstore.adapters.google import decode as google_decode
 from convstore.adapters.openai import decode as openai_decode
+from convstore.adapters.openai_chat import decode as chat_decode
 from convstore.adapters.recording.jobs import CHUNK_BYTES, ingest, read_capture
 from convstore.adapters.wire.names import PROVIDERS
 from convstore.adapters.wire.providers import adapter
@@ -71,9 +72,16 @@ from convstore.storage.repository import EventRepository
 ROOT: Final = Path(__file__).resolve().parents[1]
 EXAMPLES: Final = ROOT / "examples"
 WIRE: Final = ROOT.parent / "shared" / "wire"
-WIRE_FOLDERS: Final = {"anthropic": "anthropic", "openai": "openai", "google": "gemini"}
+WIRE_FOLDERS: Final = {
+    "anthropic": "anthropic",
+    "openai": "openai",
+    "google": "gemini",
+    "openai-chat": "openai-chat",
+}
 """Each provider's folder in `../shared/wire` (Gemini's is named after the API)."""
-MODEL_CALL: Final = re.compile(r"/messages$|/responses$|:(stream)?[gG]enerateContent$")
+MODEL_CALL: Final = re.compile(
+    r"/messages$|/responses$|:(stream)?[gG]enerateContent$|/chat/completions$"
+)
 """The paths of model exchanges; the corpus's other exchanges (file set-up) are not seeds."""
 
 MEMORY_FACTOR: Final = 4
@@ -605,6 +613,7 @@ DIRECT: Final[dict[str, tuple[Callable[..., Iterable[Event]], ...]]] = {
         google_decode.decode_array,
         google_decode.decode_message,
     ),
+    "openai-chat": (chat_decode.decode_stream, chat_decode.decode_message),
 }
 """Each provider's decoders by body shape, called directly whatever the body's shape."""
 
@@ -1065,6 +1074,7 @@ ROUND_TRIP: Final = {
     "anthropic": "thinking_tool_roundtrip",
     "openai": "reasoning_function_roundtrip",
     "google": "thinking_function_roundtrip",
+    "openai-chat": "tool_call_stream",
 }
 """Each provider's example whose first response is a stream of several events."""
 

@@ -17,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("domain", "storage", "adapters", "projections")
 
-PROVIDERS = ("anthropic", "openai", "google")
+PROVIDERS = ("anthropic", "openai", "google", "openai_chat")
 WIRE = ("domain", "adapters.wire")
 PROVIDER_RULE = (*WIRE, "adapters.config", "adapters.http")
 

@@ -111,8 +111,9 @@ def _documents(path: Path) -> Iterator[Any]:
         yield json.loads(text)
         return
     for line in text.splitlines():
-        if line.startswith("data:") and line[5:].strip().startswith(("{", "[")):
-            yield json.loads(line[5:])
+        data = line[5:].strip()
+        if line.startswith("data:") and data.startswith(("{", "[")) and data != "[DONE]":
+            yield json.loads(data)
 
 
 def opaque_values(events: list[Event] | None = None) -> set[str]:

@@ -1,6 +1,7 @@
 """The recording proxy and the recording transport, with the official SDKs as clients.
 
-Each SDK (anthropic, openai, google-genai), streaming and not, talks to a real local
+Each SDK (anthropic, openai for Responses and Chat Completions, google-genai), streaming
+and not, talks to a real local
 upstream on 127.0.0.1 (`ReplayServer`) replaying an example capture: directly, through
 the proxy (`proxying.running_proxy`: the ASGI app on uvicorn), and through the recording
 transport in its own httpx client. What the SDK returns is the same all three ways, the
@@ -31,8 +32,9 @@ from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types as genai_types
 
+from convstore.adapters.openai_chat.context import server_host
 from convstore.adapters.proxy import recording_transport
-from convstore.adapters.proxy.routes import Route, route
+from convstore.adapters.proxy.routes import DEFAULT_UPSTREAMS, Route, route, upstreams
 from convstore.domain.events import Event, ResponseEnded, ResponseStarted, UserMessage
 from convstore.storage import Store, open_store
 from tests.proxying import capture, running_proxy
@@ -42,7 +44,14 @@ from tests.sdk_readers import with_event_names
 ANTHROPIC_KEY = "sk-ant-proxy-test-9f3a71c0e2"
 OPENAI_KEY = "sk-proj-proxy-test-4be81d2f77"
 GOOGLE_KEY = "AIzaProxyTest-6c0d93ab51e4"
-KEYS = (ANTHROPIC_KEY, OPENAI_KEY, GOOGLE_KEY)
+KEY = {
+    "anthropic": ANTHROPIC_KEY,
+    "openai": OPENAI_KEY,
+    "google": GOOGLE_KEY,
+    "openai-chat": OPENAI_KEY,
+}
+SDKS = tuple(KEY)
+"""Each provider an SDK test calls."""
 
 CAPTURES = {
     ("anthropic", True): "anthropic/thinking_tool_roundtrip/1",
@@ -51,6 +60,8 @@ CAPTURES = {
     ("openai", False): "openai/reasoning_function_roundtrip/2",
     ("google", True): "google/thinking_function_roundtrip/1",
     ("google", False): "google/errors/2",
+    ("openai-chat", True): "openai-chat/tool_call_stream/1",
+    ("openai-chat", False): "openai-chat/citations_refusal/1",
 }
 """The capture each SDK's call is answered with, streamed and not."""
 
@@ -89,8 +100,13 @@ def _call(provider: str, streamed: bool, url: str, http: httpx2.Client | None) -
             with a.messages.stream(**request) as stream:
                 return stream.get_final_message().model_dump()
         return a.messages.create(**request).model_dump()
-    if provider == "openai":
+    if provider.startswith("openai"):
         o = openai.OpenAI(api_key=OPENAI_KEY, base_url=url + "/v1", max_retries=0, http_client=http)
+        if provider == "openai-chat":
+            asked = o.chat.completions.create(
+                model="gpt-4.1", messages=[{"role": "user", "content": QUESTION}], stream=streamed
+            )
+            return [c.model_dump() for c in asked] if streamed else asked.model_dump()
         if streamed:
             with o.responses.stream(model="gpt-5", input=QUESTION) as stream:
                 return stream.get_final_response().model_dump()
@@ -131,7 +147,7 @@ def _user_texts(events: list[Event]) -> list[str]:
 
 
 @pytest.mark.parametrize("streamed", [True, False], ids=["stream", "whole"])
-@pytest.mark.parametrize("provider", ["anthropic", "openai", "google"])
+@pytest.mark.parametrize("provider", SDKS)
 @pytest.mark.parametrize("via", ["proxy", "transport"])
 def test_the_sdk_gets_what_it_gets_directly_and_the_store_holds_the_exchange(
     store: Store, provider: str, streamed: bool, via: str
@@ -155,6 +171,10 @@ def test_the_sdk_gets_what_it_gets_directly_and_the_store_holds_the_exchange(
     [end] = _ends(events)
     assert started.provider == provider
     assert end.state == "completed"
+    if provider == "openai-chat":  # its payloads are bound to the upstream's host
+        payloads = [e.payload for e in events if getattr(e, "payload", None) is not None]
+        bound = {p.binding.get("server") for p in payloads if p.binding}
+        assert bound == {server_host(upstream.url)}
 
 
 @pytest.mark.parametrize("coding", ["identity", "gzip"])
@@ -211,6 +231,34 @@ def test_an_http_error_passes_through_and_is_recorded_failed(
     assert raised.value.response.headers["request-id"] == "req_1"
     [events] = _events(store)
     [end] = _ends(events)
+    assert end.state == "failed"
+    assert end.error is not None and end.error.status == status
+
+
+@pytest.mark.parametrize("status", [429, 500])
+@pytest.mark.parametrize("via", ["proxy", "transport"])
+def test_a_chat_completions_http_error_passes_through_and_is_recorded_failed(
+    store: Store, status: int, via: str
+) -> None:
+    body = capture("openai-chat/errors/3").body
+    with ReplayServer() as upstream:
+        upstream.enqueue(Reply(status=status, body=body, headers={"x-request-id": "req_2"}))
+        with contextlib_proxy(store, upstream.url, via) as (url, http):
+            o = openai.OpenAI(
+                api_key=OPENAI_KEY, base_url=url + "/v1", max_retries=0, http_client=http
+            )
+            with pytest.raises(openai.APIStatusError) as raised:
+                o.chat.completions.create(
+                    model="gpt-4.1-mini", messages=[{"role": "user", "content": QUESTION}]
+                )
+    assert raised.value.status_code == status
+    assert raised.value.response.content == body
+    assert raised.value.request_id == "req_2"
+    [events] = _events(store)
+    assert _user_texts(events) == [QUESTION]
+    [started] = _started(events)
+    [end] = _ends(events)
+    assert started.provider == "openai-chat"
     assert end.state == "failed"
     assert end.error is not None and end.error.status == status
 
@@ -276,25 +324,26 @@ def test_a_client_that_goes_away_is_recorded_abandoned_and_its_upstream_cancelle
 
 def test_no_credential_reaches_the_store(store: Store, tmp_path: Path) -> None:
     with ReplayServer() as upstream:
-        for provider in ("anthropic", "openai", "google"):
+        for provider in SDKS:
             for streamed in (True, False):
                 upstream.enqueue(_reply(capture(CAPTURES[provider, streamed])))
         with running_proxy(store, upstream.url) as proxy:
-            for provider in ("anthropic", "openai", "google"):
+            for provider in SDKS:
                 for streamed in (True, False):
                     _call(provider, streamed, proxy.url, None)
         sent = [r.headers for r in upstream.requests]
-    for headers, key in zip(sent[::2], KEYS, strict=True):  # forwarded with the client's key
+    for headers, provider in zip(sent[::2], SDKS, strict=True):  # with the client's key
+        key = KEY[provider]
         assert (
             key in (headers.get("x-api-key"), headers.get("x-goog-api-key"))
             or headers.get("authorization") == f"Bearer {key}"
         )
-    assert len(_events(store)) == 6
+    assert sum(len(_started(events)) for events in _events(store)) == 2 * len(SDKS)
     files = sorted(f for f in tmp_path.glob("store.db*") if f.is_file())
     assert any(f.name.endswith("-wal") for f in files)
     with sqlite3.connect(tmp_path / "store.db") as db:
         dump = "\n".join(db.iterdump())
-    for key in KEYS:
+    for key in set(KEY.values()):
         assert key not in dump
         for file in files:
             assert key.encode() not in file.read_bytes(), file.name
@@ -406,6 +455,10 @@ def test_a_recorder_too_far_behind_never_slows_the_client_and_ends_failed(
         ("/v1/responses", "openai", True, ""),
         ("/v1/responses/compact", "openai", True, ""),
         ("/v1/files", "openai", False, ""),
+        ("/v1/chat/completions", "openai-chat", True, ""),
+        ("/api/v1/chat/completions", "openai-chat", True, ""),
+        ("/chat/completions", "openai-chat", True, ""),
+        ("/v1/chat/completions/abc/messages", "openai", False, ""),
         ("/v1beta/models/gemini-2.5-flash:generateContent", "google", True, "gemini-2.5-flash"),
         ("/v1beta/models/gemini-2.5-pro:streamGenerateContent", "google", True, "gemini-2.5-pro"),
         ("/v1beta/models/gemini-2.5-pro:countTokens", "google", False, ""),
@@ -423,6 +476,22 @@ def test_the_model_paths_are_recorded_and_the_others_pass_through(
 ) -> None:
     found = route(path, {})
     assert found == Route(provider, recorded=recorded, model=model)
+
+
+def test_a_compatible_server_is_recorded_bound_to_its_host(store: Store) -> None:
+    found = capture(CAPTURES["openai-chat", False])
+    with ReplayServer() as upstream:
+        upstream.enqueue(_reply(found))
+        ours = upstreams([f"openai-chat={upstream.url}/api"])
+        assert ours["openai"] == DEFAULT_UPSTREAMS["openai"]  # Responses still go to OpenAI
+        assert upstreams(["openai=http://x:1"])["openai-chat"] == "http://x:1"  # as before
+        with httpx2.Client(transport=recording_transport(store, httpx_module=httpx2)) as http:
+            _call("openai-chat", False, ours["openai-chat"], http)  # under its base path
+        assert upstream.requests[0].path == "/api/v1/chat/completions"
+    [events] = _events(store)
+    assert _started(events)[0].provider == "openai-chat"
+    payloads = [e.payload for e in events if getattr(e, "payload", None) is not None]
+    assert {p.binding.get("server") for p in payloads if p.binding} == {server_host(upstream.url)}
 
 
 def test_a_path_no_provider_serves_is_refused(store: Store) -> None:

@@ -79,6 +79,7 @@ def _post(url: str, found: Capture, provider: str, http: Any = None) -> None:
         ("anthropic", "mcp_connector"),
         ("anthropic", "pause_turn_pending"),
         ("openai", "reasoning_function_roundtrip"),
+        ("openai-chat", "tool_call_stream"),
         ("google", "thinking_function_roundtrip"),
         ("google", "streamed_call_arguments"),
     ],
@@ -147,6 +148,24 @@ def _openai_turns(url: str) -> None:
     client.responses.create(**third)
 
 
+def _chat_turns(url: str) -> None:
+    client = openai.OpenAI(api_key=KEY, base_url=url + "/v1", max_retries=0)
+    first, second = (
+        json.loads(c.request or b"") for c in _sequence("openai-chat", "tool_call_stream")
+    )
+    list(client.chat.completions.create(**first))
+    answer = client.chat.completions.create(**second)
+    third = {
+        **second,
+        "messages": [
+            *second["messages"],
+            answer.choices[0].message.model_dump(exclude_none=True),
+            {"role": "user", "content": "Merci ! Et demain ?"},
+        ],
+    }
+    client.chat.completions.create(**third)
+
+
 def _google_turns(url: str) -> None:
     client = genai.Client(api_key=KEY, http_options=genai_types.HttpOptions(base_url=url))
     first, second = (
@@ -170,17 +189,23 @@ def _google_turns(url: str) -> None:
     client.models.generate_content(model=model, contents=third)
 
 
-TURNS = {"anthropic": _anthropic_turns, "openai": _openai_turns, "google": _google_turns}
+TURNS = {
+    "anthropic": _anthropic_turns,
+    "openai": _openai_turns,
+    "google": _google_turns,
+    "openai-chat": _chat_turns,
+}
 """Each SDK's three turns: a captured sequence's two requests, then one built from the
 second answer the SDK returned."""
 TURN_CAPTURES = {
     "anthropic": ("thinking_tool_roundtrip/1", "thinking_tool_roundtrip/2", "refusal/1"),
     "openai": ("reasoning_function_roundtrip/1", "reasoning_function_roundtrip/2", "notices/1"),
     "google": ("thinking_function_roundtrip/1", "thinking_function_roundtrip/2", "errors/2"),
+    "openai-chat": ("tool_call_stream/1", "tool_call_stream/2", "citations_refusal/1"),
 }
 
 
-@pytest.mark.parametrize("provider", ["anthropic", "openai", "google"])
+@pytest.mark.parametrize("provider", list(TURNS))
 def test_a_three_turn_sdk_exchange_threads_into_one_conversation(
     store: Store, provider: str
 ) -> None:

@@ -27,7 +27,13 @@ from tests.replay_server import ReplayServer, Reply
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 QUESTION = "Which umbrella survives the Zurich wind tomorrow"
-KEY_VARIABLES = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY")
+KEY_VARIABLES = (
+    "ANTHROPIC_API_KEY",
+    "OPENAI_API_KEY",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "OPENAI_CHAT_API_KEY",
+)
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,16 @@ PROVIDERS = [
         "/v1beta",
         "gemini-3-pro-preview",
         "google/thinking_function_roundtrip/2.response.sse",
+    ),
+    Provider(
+        "openai-chat",
+        "OPENAI_CHAT_API_KEY",
+        "sk-SECRET18chatKEY0123456789abcdefghijklmnop",
+        "authorization",
+        "Bearer {key}",
+        "/v1",
+        "gpt-4.1",
+        "openai-chat/tool_call_stream/1.response.sse",
     ),
 ]
 

@@ -39,7 +39,7 @@ CUT = EXAMPLES / "anthropic" / "errors" / "1"
 """A stream cut by an `overloaded_error` event after some text."""
 WEB_SEARCH, ROUND_TRIP = "anthropic/web_search_citations", "anthropic/thinking_tool_roundtrip"
 NEXT_QUESTION = "Thanks! And the day after tomorrow?"
-SWITCH_MODELS = {"openai": "gpt-5.1", "google": "gemini-2.5-flash"}
+SWITCH_MODELS = {"openai": "gpt-5.1", "google": "gemini-2.5-flash", "openai-chat": "gpt-4.1"}
 """The model a switch of provider would ask (a request needs one)."""
 HEAD_LINES = 20
 

@@ -24,7 +24,7 @@ from convstore.adapters.cli.registry import (
     resolve_id,
 )
 from convstore.adapters.terminal import render
-from convstore.domain.errors import ConvstoreError, DecodeError
+from convstore.domain.errors import ConfigurationError, ConvstoreError, DecodeError
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -56,6 +56,12 @@ def _ingest_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--title", help="the title of a new conversation")
     parser.add_argument(
+        "--server",
+        metavar="HOST",
+        help="openai-chat: the server the responses came from (its base_url host, e.g."
+        " localhost:11434, or the base_url itself); their payloads are bound to it",
+    )
+    parser.add_argument(
         "files",
         nargs="+",
         type=path,
@@ -77,15 +83,20 @@ def ingest(args: argparse.Namespace, session: Session) -> int:
     `--request` count that does not match the files. 130 or 143 when a signal stopped it
     (the capture being read is recorded as far as it was read)."""
     from convstore.adapters.recording import batch
+    from convstore.adapters.wire.providers import serving
 
+    server = _server(args.provider, args.server)
     conversation = resolve_id(session.store, args.conversation) if args.conversation else None
-    with batch.planned(
-        args.provider,
-        args.files,
-        args.request,
-        into_one=conversation is not None,
-        stdin=sys.stdin.buffer,
-    ) as captures:  # a refusal: the program prints it (`--json`: error, error_detail)
+    with (
+        serving(server),
+        batch.planned(
+            args.provider,
+            args.files,
+            args.request,
+            into_one=conversation is not None,
+            stdin=sys.stdin.buffer,
+        ) as captures,
+    ):  # a refusal: the program prints it (`--json`: error, error_detail)
         progress = Progress(session.err, "ingest")
         try:
             report = batch.run(
@@ -115,6 +126,17 @@ def ingest(args: argparse.Namespace, session: Session) -> int:
         session.err.line(f"{PROG}: {stopped}{'; what arrived is recorded' if kept else ''}")
         return 128 + report.interrupted
     return report.exit_code
+
+
+def _server(provider: str, given: str | None) -> str:
+    """The `--server` host, read (exit 2 for a provider whose payloads name no server)."""
+    if given is None:
+        return ""
+    if provider != "openai-chat":
+        raise ConfigurationError(f"--server applies to provider openai-chat, not {provider!r}")
+    from convstore.adapters.openai_chat.context import server_host
+
+    return server_host(given)
 
 
 def _ingest_data(report: batch.BatchReport, total: int) -> dict[str, object]:

@@ -21,6 +21,7 @@ from typing import Any, Final
 
 import httpx
 
+from convstore.adapters.openai_chat.context import server_host
 from convstore.adapters.proxy.exchange import (
     DISCONNECTED,
     INTERRUPTED,
@@ -137,7 +138,12 @@ class ProxyApp:
         if self.recorder is None or not found.recorded:
             return None
         return self.recorder.open(
-            found.provider, body, headers, model=found.model, pinned=headers.get(PIN_HEADER)
+            found.provider,
+            body,
+            headers,
+            model=found.model,
+            pinned=headers.get(PIN_HEADER),
+            server=server_host(self.upstreams[found.provider]),
         )
 
     async def _relay(

@@ -34,7 +34,7 @@ from convstore.adapters.http.codings import content_codings, inflate
 from convstore.adapters.http.transport import DEFAULT_MAX_BODY_BYTES, MAX_ERROR_BODY_BYTES
 from convstore.adapters.proxy.prefixes import PrefixIndex
 from convstore.adapters.proxy.threads import place, recorded_request
-from convstore.adapters.wire.providers import adapter
+from convstore.adapters.wire.providers import adapter, serving
 from convstore.domain.errors import ConcurrencyConflict, ConvstoreError, DecodeError
 from convstore.domain.events import Event, ResponseEnded
 from convstore.domain.responses import ResponseOutcome
@@ -177,12 +177,14 @@ class Exchange:
         *,
         model: str = "",
         pinned: str | None = None,
+        server: str = "",
     ) -> None:
         self._recorder = recorder
         self.provider = provider
         self._request = request
         self._request_coding = request_headers.get("content-encoding", "")
         self._model = model
+        self._server = server
         self._pinned = pinned
         self._feed = Feed(recorder.max_body_bytes)
         self._status = 200
@@ -224,7 +226,8 @@ class Exchange:
 
     def _run(self) -> None:
         try:
-            self.result = self._record()
+            with serving(self._server):  # openai-chat's payloads are bound to it
+                self.result = self._record()
         except ConvstoreError as error:  # never the content: a type and what it concerns
             log.warning(
                 "proxy: an exchange with %s was forwarded but not recorded (%s: its request"
@@ -374,9 +377,13 @@ class Recorder:
         *,
         model: str = "",
         pinned: str | None = None,
+        server: str = "",
     ) -> Exchange:
-        """A new exchange of `provider` for the request body `request`."""
-        exchange = Exchange(self, provider, request, request_headers, model=model, pinned=pinned)
+        """A new exchange of `provider` for the request body `request`, answered by
+        `server` (the upstream's host)."""
+        exchange = Exchange(
+            self, provider, request, request_headers, model=model, pinned=pinned, server=server
+        )
         with self._lock:
             exchange.after = [e for e in self._open if e.answered]
             self._open.add(exchange)

@@ -1,8 +1,9 @@
 """Which requests the proxy records, and where each provider's requests go.
 
 A model path is recorded: Anthropic `/v1/messages`; OpenAI `/v1/responses` (and
-`/v1/responses/compact`); Gemini `/v1beta/models/*:generateContent` and
-`:streamGenerateContent`, and Gemini on Vertex
+`/v1/responses/compact`); Chat Completions (`openai-chat`: OpenAI, or a compatible server
+as its upstream) `/v1/chat/completions`, or any path ending `/chat/completions`; Gemini
+`/v1beta/models/*:generateContent` and `:streamGenerateContent`, and Gemini on Vertex
 (`/v1/projects/*/locations/*/publishers/google/models/*:…`). Every other path (files,
 models, counting tokens) passes through unrecorded, to the upstream of the provider its
 prefix names.
@@ -23,12 +24,15 @@ __all__ = ["DEFAULT_UPSTREAMS", "Route", "route", "upstreams"]
 DEFAULT_UPSTREAMS: Final[Mapping[str, str]] = {
     "anthropic": "https://api.anthropic.com",
     "openai": "https://api.openai.com",
+    "openai-chat": "https://api.openai.com",
     "google": "https://generativelanguage.googleapis.com",
 }
 """Each provider's public endpoint (Vertex needs its regional host: `--upstream`)."""
 
 _ANTHROPIC: Final = re.compile(r"/v1/messages/?")
 _OPENAI: Final = re.compile(r"/v1/responses(?:/compact)?/?")
+_CHAT: Final = re.compile(r"(?:/[^?#]*)?/chat/completions/?")
+"""Also under a compatible server's base path (`/api/v1/…`, Azure's deployments, none)."""
 _GEMINI: Final = re.compile(
     r"/v1(?:beta|alpha)?/(?:projects/[^/]+/locations/[^/]+/publishers/google/)?"
     r"models/(?P<model>[^/:]+):(?P<method>generateContent|streamGenerateContent)"
@@ -63,6 +67,8 @@ def route(path: str, headers: Mapping[str, str]) -> Route | None:
         return Route("anthropic", recorded=True)
     if _OPENAI.fullmatch(path):
         return Route("openai", recorded=True)
+    if _CHAT.fullmatch(path):
+        return Route("openai-chat", recorded=True)
     gemini = _GEMINI.fullmatch(path)
     if gemini is not None:
         return Route("google", recorded=True, model=gemini["model"])
@@ -75,9 +81,12 @@ def route(path: str, headers: Mapping[str, str]) -> Route | None:
 
 
 def upstreams(given: Iterable[str]) -> dict[str, str]:
-    """The upstream of every provider: `PROVIDER=URL` entries over the defaults; a
-    ConfigurationError for an unknown provider or a URL that is not http(s)."""
+    """The upstream of every provider: `PROVIDER=URL` entries over the defaults (Chat
+    Completions follow an `openai` one unless `openai-chat` has its own, as they did
+    before they were recorded); a ConfigurationError for an unknown provider or a URL
+    that is not http(s)."""
     found = dict(DEFAULT_UPSTREAMS)
+    named: set[str] = set()
     for entry in given:
         name, sep, url = entry.partition("=")
         name = "google" if name.strip() == "gemini" else name.strip()
@@ -90,4 +99,7 @@ def upstreams(given: Iterable[str]) -> dict[str, str]:
         if not re.fullmatch(r"https?://[^/\s?#]+(/[^\s?#]*)?", url):
             raise ConfigurationError(f"--upstream {entry!r}: the URL must be http(s)://HOST[:PORT]")
         found[name] = url
+        named.add(name)
+    if "openai" in named and "openai-chat" not in named:
+        found["openai-chat"] = found["openai"]
     return found

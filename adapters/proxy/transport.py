@@ -25,6 +25,7 @@ from types import ModuleType
 from typing import Any
 
 from convstore.adapters.http.transport import DEFAULT_MAX_BODY_BYTES
+from convstore.adapters.openai_chat.context import server_host
 from convstore.adapters.proxy.exchange import DISCONNECTED, UPSTREAM_LOST, Exchange, Recorder
 from convstore.adapters.proxy.routes import route
 from convstore.adapters.proxy.threads import PIN_HEADER
@@ -43,7 +44,12 @@ def _opened(recorder: Recorder, request: Any) -> Exchange | None:
     if found is None or not found.recorded:
         return None
     return recorder.open(
-        found.provider, request.content, request.headers, model=found.model, pinned=pinned
+        found.provider,
+        request.content,
+        request.headers,
+        model=found.model,
+        pinned=pinned,
+        server=server_host(str(request.url)),
     )
 
 

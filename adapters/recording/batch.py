@@ -34,7 +34,13 @@ from convstore.domain.vocabulary import ConversationId
 
 STDIN: Final = "-"
 """A FILE or a `--request` that reads standard input."""
-MODEL_CALLS: Final = ("/v1/messages", "/v1/responses", ":generateContent", ":streamGenerateContent")
+MODEL_CALLS: Final = (
+    "/v1/messages",
+    "/v1/responses",
+    "/chat/completions",
+    ":generateContent",
+    ":streamGenerateContent",
+)
 """How the endpoint of a model call ends (`N.meta.json`'s `path`)."""
 _RESPONSE: Final = re.compile(r"(\d+)\.response\.")
 _SEVERITY: Final = {0: 0, 3: 1, 2: 2, 4: 3}

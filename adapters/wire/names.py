@@ -3,5 +3,5 @@ loading an adapter."""
 
 from __future__ import annotations
 
-PROVIDERS: tuple[str, ...] = ("anthropic", "openai", "google")
+PROVIDERS: tuple[str, ...] = ("anthropic", "openai", "google", "openai-chat")
 """Every provider name the commands accept."""

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar
 
@@ -256,10 +257,36 @@ def adapter(name: str) -> ProviderAdapter:
             f"unknown provider {name!r}: expected one of {', '.join(PROVIDERS)}"
         )
     try:
-        module = importlib.import_module(f"convstore.adapters.{name}.adapter")
+        module = importlib.import_module(f"convstore.adapters.{package_of(name)}.adapter")
     except ModuleNotFoundError as error:
-        if error.name != f"convstore.adapters.{name}.adapter":
+        if error.name != f"convstore.adapters.{package_of(name)}.adapter":
             raise
         raise ConfigurationError(f"provider {name!r} has no adapter in this version") from None
     found: ProviderAdapter = module.ADAPTER
     return found
+
+
+def package_of(name: str) -> str:
+    """The package of provider `name` under `convstore.adapters` (`openai-chat` →
+    `openai_chat`)."""
+    return name.replace("-", "_")
+
+
+_SERVER: ContextVar[str] = ContextVar("convstore_server", default="")
+
+
+@contextmanager
+def serving(server: str) -> Iterator[None]:
+    """Decode, within the block, as answers of `server` (a host, e.g. `localhost:11434`):
+    for wire formats whose payloads are bound to the server as well as the model
+    (`openai-chat`), which a captured body does not name. Others ignore it."""
+    token = _SERVER.set(server)
+    try:
+        yield
+    finally:
+        _SERVER.reset(token)
+
+
+def current_server() -> str:
+    """The server `serving` names here ('' outside it)."""
+    return _SERVER.get()
