@@ -207,6 +207,28 @@ def test_a_request_that_does_not_continue_the_conversation_is_refused(
         adapter("openai-chat").need_history()(events, other.encode())
 
 
+def test_a_tool_message_for_no_requested_call_is_kept_as_an_artifact() -> None:
+    """Scenario 37 (found by the soak): a `tool` message whose `tool_call_id` names no call
+    the conversation or the request holds open is kept as an artifact, not answered (an
+    answer to an unknown call used to escape as UnknownToolCall); a second answer to the
+    same call likewise; a `role` that is not a string is a DecodeError."""
+    call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    messages = [
+        {"role": "user", "content": "Go"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "done"},
+        {"role": "tool", "tool_call_id": "call_1", "content": "again"},
+        {"role": "tool", "tool_call_id": "call_unknown", "content": "stray"},
+    ]
+    body = json.dumps({"model": "m", "messages": messages}).encode()
+    drafts = adapter("openai-chat").need_history()([], body)
+    kinds = [[type(d).__name__ for d in m.drafts] for m in drafts]
+    assert kinds[2:] == [["ToolCallResponded"], ["UnknownArtifact"], ["UnknownArtifact"]]
+    confused = json.dumps({"model": "m", "messages": [{"role": {"x": 1}, "content": "Go"}]})
+    with pytest.raises(DecodeError, match=r"messages\[0\] has no role"):
+        adapter("openai-chat").need_history()([], confused.encode())
+
+
 def test_an_image_part_of_a_captured_request_goes_back_with_its_text(tmp_path: Path) -> None:
     image = {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}
     request = {

@@ -51,6 +51,7 @@ from convstore.adapters.openai.inputs import INPUT_ITEM, build_input
 from convstore.adapters.openai.item_fields import str_field
 from convstore.adapters.openai.items import ItemMapper
 from convstore.adapters.wire.assembler import AssembledBlock
+from convstore.adapters.wire.captured import open_calls
 from convstore.adapters.wire.providers import MessageDrafts
 from convstore.domain.errors import DecodeError
 from convstore.domain.events import (
@@ -263,35 +264,25 @@ def history(events: Sequence[Event], request_body: bytes) -> list[MessageDrafts]
                 "items are recorded",
                 request.previous_response_id,
             )
-        return history_drafts(request_body, open_calls=_open_calls(events))
+        return history_drafts(request_body, unanswered=open_calls(events))
     return history_drafts(
         request_body,
         start=recorded_prefix(events, request_body),
-        open_calls=_open_calls(events),
+        unanswered=open_calls(events),
     )
 
 
-def _open_calls(events: Iterable[Event]) -> set[str]:
-    calls: set[str] = set()
-    for event in events:
-        if isinstance(event, ToolCallRequested):
-            calls.add(event.call_id)
-        elif isinstance(event, ToolCallResponded):
-            calls.discard(event.call_id)
-    return calls
-
-
 def history_drafts(
-    request_body: bytes, *, start: int = 0, open_calls: Iterable[str] = ()
+    request_body: bytes, *, start: int = 0, unanswered: Iterable[str] = ()
 ) -> list[MessageDrafts]:
     """Drafts for the request's items from position `start` on (earlier ones are already
-    recorded: see `recorded_prefix`). `open_calls` are the call ids the conversation holds
+    recorded: see `recorded_prefix`). `unanswered` are the call ids the conversation holds
     unanswered. Raises DecodeError for a body that is not a Responses API request."""
     request = _request(request_body)
     items = _items(request)
     context = RequestContext.from_body(request_body)
     digest = hashlib.sha256(request_body).hexdigest()[:16]
-    calls = set(open_calls)
+    calls = set(unanswered)
     out: list[MessageDrafts] = []
     group: list[tuple[int, bytes, dict[str, Any]]] = []
 

@@ -10,8 +10,10 @@ position:
   `request:<sha256(body)[:16]>:<index>`, its message mapped by the response mapper itself
   (`choice`, as choice 0 of a whole response: the same reasoning, text, refusal and tool
   call mapping, its bytes kept as payloads);
-- `tool`: a `ToolCallResponded` for its `tool_call_id` (text parts joined as content);
-- anything else (a legacy `function` message) → an `UnknownArtifact` of format `message`.
+- `tool`: a `ToolCallResponded` for its `tool_call_id` (text parts joined as content)
+  when it answers a call the conversation or the request holds open, else an artifact;
+- anything else (a legacy `function` message) → an `UnknownArtifact` of format `message`;
+  a message without a string `role` is a DecodeError.
 
 Matching a conversation against a request compares text blocks by their text, tool calls
 and results by their call id; reasoning and artifacts are left out, as clients often drop
@@ -29,7 +31,7 @@ import msgspec
 from convstore.adapters.openai_chat.context import PROVIDER, RequestContext, text_of
 from convstore.adapters.openai_chat.decode import whole_choice
 from convstore.adapters.openai_chat.response import ResponseHead
-from convstore.adapters.wire.captured import held_prefix, request_fields
+from convstore.adapters.wire.captured import held_prefix, open_calls, request_fields
 from convstore.adapters.wire.providers import MessageDrafts, current_server
 from convstore.domain.errors import DecodeError
 from convstore.domain.events import (
@@ -72,6 +74,8 @@ def _message(raw: msgspec.Raw, index: int) -> dict[str, Any]:
         raise DecodeError(f"messages[{index}] is unreadable: {error}") from None
     if not isinstance(value, dict):
         raise DecodeError(f"messages[{index}] is not an object")
+    if not isinstance(value.get("role"), str):
+        raise DecodeError(f"messages[{index}] has no role (a string)")
     return value
 
 
@@ -87,16 +91,19 @@ def history(events: Sequence[Event], request_body: bytes) -> list[MessageDrafts]
     )
     context = RequestContext.from_body(request_body, server=current_server())
     digest = hashlib.sha256(request_body).hexdigest()[:16]
+    calls = open_calls(events)
     out: list[MessageDrafts] = []
     for index, (raw, message) in enumerate(zip(raws, messages, strict=True)):
-        if index < start or message.get("role") in _SYSTEM:
-            continue
         role = message.get("role")
+        if index < start or role in _SYSTEM:
+            continue
         if role == "assistant":
             drafts = _assistant(raw, ResponseId(f"request:{digest}:{index}"), context)
+            calls.update(d.call_id for d in drafts if isinstance(d, ToolCallRequested))
             out.append(MessageDrafts(index=index, role="assistant", drafts=tuple(drafts)))
         else:
-            out.append(MessageDrafts(index=index, role="user", drafts=tuple(_user(raw, message))))
+            drafts = _user(raw, message, calls)
+            out.append(MessageDrafts(index=index, role="user", drafts=tuple(drafts)))
     return out
 
 
@@ -114,11 +121,12 @@ def _assistant(raw: msgspec.Raw, response_id: ResponseId, context: RequestContex
     return [started, *drafts, *head.ended("completed")[-1:]]
 
 
-def _user(raw: msgspec.Raw, message: dict[str, Any]) -> list[Event]:
+def _user(raw: msgspec.Raw, message: dict[str, Any], calls: set[str]) -> list[Event]:
     role, content = message.get("role"), message.get("content")
     if role == "tool":
         call_id = message.get("tool_call_id")
-        if isinstance(call_id, str) and call_id:
+        if isinstance(call_id, str) and call_id in calls:
+            calls.discard(call_id)
             return [ToolCallResponded(call_id=CallId(call_id), content=text_of(content))]
     if role != "user":
         return [_artifact(bytes(raw), "message")]
@@ -170,7 +178,8 @@ def _keys(message: dict[str, Any]) -> list[Key]:
         refusal = message.get("refusal")
         if isinstance(refusal, str) and refusal:
             keys.append(("assistant", ("text", refusal)))
-        for call in message.get("tool_calls") or ():
+        calls = message.get("tool_calls")
+        for call in calls if isinstance(calls, list) else ():
             if isinstance(call, dict):
                 keys.append(("assistant", ("call", call.get("id"))))
         return keys

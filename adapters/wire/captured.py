@@ -10,9 +10,10 @@ import msgspec
 
 from convstore.adapters.wire.bodies import require_utf8
 from convstore.domain.errors import DecodeError
+from convstore.domain.events import Event, ToolCallRequested, ToolCallResponded
 from convstore.domain.vocabulary import ProviderPayload
 
-__all__ = ["decoded_settings", "held_prefix", "native_request", "request_fields"]
+__all__ = ["decoded_settings", "held_prefix", "native_request", "open_calls", "request_fields"]
 
 _FIELDS: Final = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _ANY: Final = msgspec.json.Decoder()
@@ -49,6 +50,17 @@ def native_request(
     return ProviderPayload(
         provider=provider, format="request", value=msgspec.Raw(msgspec.json.encode(native))
     )
+
+
+def open_calls(events: Iterable[Event]) -> set[str]:
+    """The ids of the client tool calls `events` request and do not answer."""
+    calls: set[str] = set()
+    for event in events:
+        if isinstance(event, ToolCallRequested):
+            calls.add(event.call_id)
+        elif isinstance(event, ToolCallResponded):
+            calls.discard(event.call_id)
+    return calls
 
 
 def held_prefix(
