@@ -170,9 +170,16 @@ class ConversationService:
 
     # --- commands ---------------------------------------------------------------------------
 
-    def start(self, title: str = "", labels: Iterable[str] = ()) -> ConversationId:
-        """Start a conversation and return its id."""
-        conversation = Conversation.start(title, labels)
+    def start(
+        self,
+        title: str = "",
+        labels: Iterable[str] = (),
+        *,
+        start_as: ConversationId | None = None,
+    ) -> ConversationId:
+        """Start a conversation (`start_as`: with that id, default a new one) and return
+        its id."""
+        conversation = Conversation.start(title, labels, start_as)
         self.repository.save(conversation)
         return conversation.id
 

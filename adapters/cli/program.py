@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from convstore.adapters.cli import (
     completion,
     conversations,
+    importing,
     index,
     integrity,
     metadata,
@@ -36,7 +37,16 @@ from convstore.adapters.terminal import render
 from convstore.adapters.terminal.render import Renderer, TextStream
 from convstore.domain.errors import ConvstoreError
 
-COMMAND_MODULES = (conversations, metadata, record, proxying, integrity, index, completion)
+COMMAND_MODULES = (
+    conversations,
+    metadata,
+    record,
+    importing,
+    proxying,
+    integrity,
+    index,
+    completion,
+)
 """The modules whose `@command` functions make the subcommands, in `--help` order."""
 
 

@@ -1,0 +1,30 @@
+"""The import formats: each one's name and its importer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+from convstore.adapters.importing.source import Importer
+from convstore.domain.errors import ConfigurationError
+
+__all__ = ["FORMATS", "importer"]
+
+
+def _importers() -> dict[str, Callable[[], Importer]]:
+    """Each format's importer, built on use (a format's reader loads only when asked)."""
+    return {}
+
+
+FORMATS: Final[tuple[str, ...]] = tuple(sorted(_importers()))
+"""Every format `convstore import` reads."""
+
+
+def importer(fmt: str) -> Importer:
+    """The importer of `fmt`; raises ConfigurationError naming the formats for another."""
+    found = _importers().get(fmt)
+    if found is None:
+        raise ConfigurationError(
+            f"there is no import format {fmt!r}; the formats are: {', '.join(FORMATS)}"
+        )
+    return found()
