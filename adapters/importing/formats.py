@@ -13,7 +13,13 @@ __all__ = ["FORMATS", "importer"]
 
 def _importers() -> dict[str, Callable[[], Importer]]:
     """Each format's importer, built on use (a format's reader loads only when asked)."""
-    return {}
+
+    def openai_conversation() -> Importer:
+        from convstore.adapters.importing.openai_conversation import ConversationItemsImporter
+
+        return ConversationItemsImporter()
+
+    return {"openai-conversation": openai_conversation}
 
 
 FORMATS: Final[tuple[str, ...]] = tuple(sorted(_importers()))

@@ -45,6 +45,8 @@ class Imported(msgspec.Struct, kw_only=True):
     """Responses recorded by this import."""
     already_stored: int = 0
     """Responses a previous import recorded."""
+    started: bool = False
+    """Whether this import started the conversation."""
     losses: list[Loss] = []
     error: str | None = None
     error_type: str = ""
@@ -68,9 +70,7 @@ class ImportReport:
         return {
             "format": self.fmt,
             "conversations": len(self.conversations),
-            "new_conversations": sum(
-                1 for c in self.conversations if c.responses and not c.already_stored
-            ),
+            "started": sum(1 for c in self.conversations if c.started),
             "responses": sum(c.responses for c in self.conversations),
             "already_stored": sum(c.already_stored for c in self.conversations),
             "failed": len(self.failed),
@@ -93,16 +93,17 @@ def record(service: ConversationService, fmt: str, source: ImportedConversation)
     current: ConversationId | None = target if events else None
     if current is not None:
         done.conversation_id = current
+    done.started = not events
     recorded_last = not events
     try:
         for exchange in source.exchanges:
-            started = exchange.response[0] if exchange.response else None
-            if not isinstance(started, ResponseStarted):
+            head = exchange.response[0] if exchange.response else None
+            if not isinstance(head, ResponseStarted):
                 raise ConvstoreError(
                     "an importer's exchange must begin with its ResponseStarted (a bug of "
                     f"the {fmt} importer)"
                 )
-            if started.response_id in held:
+            if head.response_id in held:
                 done.already_stored += 1
                 recorded_last = False
                 continue
@@ -115,7 +116,7 @@ def record(service: ConversationService, fmt: str, source: ImportedConversation)
                 start_as=target,
             )
             done.conversation_id = current
-            held.add(started.response_id)
+            held.add(head.response_id)
             if outcome.already_stored:
                 done.already_stored += 1
             else:
@@ -127,6 +128,7 @@ def record(service: ConversationService, fmt: str, source: ImportedConversation)
             done.conversation_id = current
     except ConvstoreError as error:
         done.error, done.error_type = str(error), type(error).__name__
+    done.started = done.started and done.conversation_id is not None
     return done
 
 
