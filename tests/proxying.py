@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import uvicorn
 
@@ -40,11 +40,18 @@ class RunningProxy:
 
 @contextmanager
 def running_proxy(
-    store: Store | None, upstream: str, *, max_body_bytes: int | None = None
+    store: Store | None,
+    upstream: str,
+    *,
+    max_body_bytes: int | None = None,
+    limits: Limits | None = None,
 ) -> Iterator[RunningProxy]:
     """The proxy in front of `upstream` (every provider's), recording into `store`
-    (None: forwarding only); on exit it stops and waits for the recordings."""
-    limits = Limits() if max_body_bytes is None else Limits(max_body_bytes=max_body_bytes)
+    (None: forwarding only), with `limits` (default the command's); on exit it stops and
+    waits for the recordings."""
+    limits = limits or Limits()
+    if max_body_bytes is not None:
+        limits = replace(limits, max_body_bytes=max_body_bytes)
     recorder = Recorder(store, max_body_bytes=limits.max_body_bytes) if store else None
     app = ProxyApp(
         recorder,

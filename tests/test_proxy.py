@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import socket
 import sqlite3
 import threading
 import time
@@ -35,6 +36,7 @@ from google.genai import types as genai_types
 from convstore.adapters.openai_chat.context import server_host
 from convstore.adapters.proxy import recording_transport
 from convstore.adapters.proxy.routes import DEFAULT_UPSTREAMS, Route, route, upstreams
+from convstore.adapters.proxy.server import Limits
 from convstore.domain.events import Event, ResponseEnded, ResponseStarted, UserMessage
 from convstore.storage import Store, open_store
 from tests.proxying import capture, running_proxy
@@ -499,6 +501,47 @@ def test_a_path_no_provider_serves_is_refused(store: Store) -> None:
         answer = httpx.get(proxy.url + "/admin", timeout=10)
         assert upstream.requests == []
     assert answer.status_code == 404
+
+
+def test_an_upstream_that_cannot_be_reached_is_named_in_a_502(store: Store) -> None:
+    """Nothing listens at the upstream: the SDK gets a 502 whose error names the provider,
+    the upstream's base URL and what went wrong; nothing is recorded."""
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{unused.getsockname()[1]}"
+    with running_proxy(store, dead) as proxy:
+        client = anthropic.Anthropic(api_key=ANTHROPIC_KEY, base_url=proxy.url, max_retries=0)
+        with pytest.raises(anthropic.APIStatusError) as raised:
+            client.messages.create(
+                model="claude-sonnet-4-5",
+                max_tokens=64,
+                messages=[{"role": "user", "content": QUESTION}],
+            )
+    assert raised.value.status_code == 502
+    error = raised.value.response.json()["error"]
+    assert error == f"convstore proxy: the anthropic upstream {dead} is unreachable (ConnectError)"
+    assert _events(store) == []
+
+
+def test_an_upstream_that_does_not_answer_in_time_is_a_504_naming_the_option(
+    store: Store,
+) -> None:
+    """The upstream accepts the connection and never answers: after `--read-timeout` the
+    client gets a 504 saying which limit ran out."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        silent_url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        with running_proxy(store, silent_url, limits=Limits(read_timeout=0.5)) as proxy:
+            answer = httpx.post(
+                proxy.url + "/v1/responses",
+                json={"model": "gpt-5.1", "input": QUESTION},
+                headers={"authorization": f"Bearer {OPENAI_KEY}"},
+                timeout=30,
+            )
+    assert answer.status_code == 504
+    assert answer.json()["error"] == (
+        f"convstore proxy: the openai upstream {silent_url} did not answer in time "
+        "(ReadTimeout; see --read-timeout)"
+    )
 
 
 def test_vertex_gemini_is_recorded_with_its_model(store: Store) -> None:

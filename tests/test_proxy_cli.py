@@ -169,7 +169,12 @@ def test_a_non_loopback_address_needs_allow_remote(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "args",
-    [("--upstream", "nobody=http://x"), ("--upstream", "openai=ftp://x"), ("--listen", "x")],
+    [
+        ("--upstream", "nobody=http://x"),
+        ("--upstream", "openai=ftp://x"),
+        ("--upstream", "anthropic=https://api.anthropic.com/v1"),  # /v1/… would be doubled
+        ("--listen", "x"),
+    ],
 )
 def test_a_bad_option_is_refused_before_listening(tmp_path: Path, args: tuple[str, ...]) -> None:
     db = tmp_path / "store.db"

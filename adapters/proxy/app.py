@@ -14,6 +14,7 @@ body is read whole (capped: 413 past it) to be recorded; any other path's stream
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, MutableMapping
 from contextlib import suppress
@@ -125,8 +126,9 @@ class ProxyApp:
         try:
             response = await self.client.send(request, stream=True)
         except httpx.HTTPError as error:
-            log.warning("proxy: the %s upstream failed: %s", found.provider, _kind(error))
-            await _plain(send, 502, b'{"error":"convstore proxy: the upstream is unreachable"}')
+            status, what = _failed(found.provider, self.upstreams[found.provider], error)
+            log.warning("proxy: %s", what)
+            await _plain(send, status, json.dumps({"error": f"convstore proxy: {what}"}).encode())
             return
         exchange = self._exchange(found, body or b"", named)
         try:
@@ -190,7 +192,7 @@ class ProxyApp:
             relay.uncancel()  # ours: the client went away
         except httpx.HTTPError as error:  # the upstream broke off: so does the answer
             cut = UPSTREAM_LOST
-            log.warning("proxy: the upstream broke off an answer: %s", _kind(error))
+            log.warning("proxy: the upstream broke off an answer: %s", type(error).__name__)
         finally:
             if exchange is not None:  # before any await: the client may ask again at once
                 if not begun:
@@ -245,6 +247,14 @@ async def _plain(send: Send, status: int, body: bytes) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def _kind(error: httpx.HTTPError) -> str:
-    """What went wrong, without the request's URL (its query may hold a key)."""
-    return type(error).__name__
+def _failed(provider: str, upstream: str, error: httpx.HTTPError) -> tuple[int, str]:
+    """The status and the words for an upstream that gave no answer: 504 when it did not
+    answer in time, else 502. They name the upstream's base URL as configured (never the
+    request's URL: its query may hold a key) and the error's kind."""
+    kind = type(error).__name__
+    if isinstance(error, httpx.TimeoutException):
+        limit = "--connect-timeout" if isinstance(error, httpx.ConnectTimeout) else "--read-timeout"
+        return 504, (
+            f"the {provider} upstream {upstream} did not answer in time ({kind}; see {limit})"
+        )
+    return 502, f"the {provider} upstream {upstream} is unreachable ({kind})"

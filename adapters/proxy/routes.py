@@ -97,7 +97,15 @@ def upstreams(given: Iterable[str]) -> dict[str, str]:
             )
         url = url.strip().rstrip("/")
         if not re.fullmatch(r"https?://[^/\s?#]+(/[^\s?#]*)?", url):
-            raise ConfigurationError(f"--upstream {entry!r}: the URL must be http(s)://HOST[:PORT]")
+            raise ConfigurationError(
+                f"--upstream {entry!r}: the URL must be http(s)://HOST[:PORT][/PATH], with no"
+                " query (the request's own path is appended to it)"
+            )
+        if re.search(r"/v1(beta)?$", url) and name != "openai-chat":
+            raise ConfigurationError(
+                f"--upstream {entry!r}: the request's path (/v1/…) is appended to the URL, so"
+                f" it would be sent to {url}/v1/…; give the URL without its /v1 part"
+            )
         found[name] = url
         named.add(name)
     if "openai" in named and "openai-chat" not in named:
