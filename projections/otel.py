@@ -362,7 +362,7 @@ class _Builder:
             REQUEST_MODEL: item.model or None,
             RESPONSE_MODEL: item.model or None,
             RESPONSE_ID: item.id,
-            FINISH_REASONS: [finish] if finish is not None else None,
+            FINISH_REASONS: (finish,) if finish is not None else None,
             STOP_REASON: item.stop_reason,
             SERVER_ADDRESS: host or None,
             SERVER_PORT: int(port) if port.isdigit() else None,
