@@ -243,45 +243,53 @@ class _Message:
 
 @dataclass(slots=True)
 class _Entry:
-    """One part of the conversation's messages, at the version it was recorded."""
+    """One part of the conversation's messages, at its place in the reading's order."""
 
-    version: int
+    position: float
+    """The index of the item it comes from (a tool's answer: just before the first item
+    recorded after it)."""
     role: str
     part: dict[str, Any]
     response_id: str | None = None
 
 
-def _entries(items: Iterable[AnyItem]) -> Iterator[_Entry]:
-    for item in items:
+def _answered_at(items: Sequence[AnyItem], index: int, version: int) -> float:
+    """Where a tool's answer (recorded at `version`) goes among the items after `index`."""
+    later = (j for j in range(index + 1, len(items)) if items[j].version > version)
+    return next(later, len(items)) - 0.5
+
+
+def _entries(items: Sequence[AnyItem]) -> Iterator[_Entry]:
+    for index, item in enumerate(items):
         if isinstance(item, UserItem):
             for block in item.blocks:
-                yield _Entry(item.version, "user", {"type": "text", "content": block})
+                yield _Entry(index, "user", {"type": "text", "content": block})
         elif isinstance(item, ContextItem):
             part = {"type": "text", "content": item.text, "source": item.source}
-            yield _Entry(item.version, "user", part)
+            yield _Entry(index, "user", part)
         elif isinstance(item, TextItem):
             part = {"type": "text", "content": item.text}
-            yield _Entry(item.version, "assistant", part, item.response_id)
+            yield _Entry(index, "assistant", part, item.response_id)
         elif isinstance(item, ReasoningItem) and not item.redacted:
             part = {"type": "reasoning", "content": item.text}
-            yield _Entry(item.version, "assistant", part, item.response_id)
+            yield _Entry(index, "assistant", part, item.response_id)
         elif isinstance(item, ToolCallItem):
             call: dict[str, Any] = {"type": "tool_call", "id": item.call_id, "name": item.name}
             call["arguments"] = item.arguments
-            yield _Entry(item.version, "assistant", call, item.response_id)
+            yield _Entry(index, "assistant", call, item.response_id)
             if item.result is not None:
                 response = item.result.content
                 answer = {"type": "tool_call_response", "id": item.call_id, "response": response}
-                yield _Entry(item.result.version, "tool", answer)
+                yield _Entry(_answered_at(items, index, item.result.version), "tool", answer)
         elif isinstance(item, ActivityItem):
-            yield from _activity_entries(item)
+            yield from _activity_entries(index, item)
 
 
-def _activity_entries(item: ActivityItem) -> Iterator[_Entry]:
+def _activity_entries(index: int, item: ActivityItem) -> Iterator[_Entry]:
     call = {"type": item.name, **item.input}
     part: dict[str, Any] = {"type": "server_tool_call", "id": item.activity_id, "name": item.name}
     part["server_tool_call"] = call
-    yield _Entry(item.version, "assistant", part, item.response_id)
+    yield _Entry(index, "assistant", part, item.response_id)
     if item.state != "started" and item.transitions:
         last = item.transitions[-1]
         result: dict[str, Any] = {"type": item.name, "state": item.state}
@@ -289,7 +297,7 @@ def _activity_entries(item: ActivityItem) -> Iterator[_Entry]:
             result["summary"] = item.summary
         answer: dict[str, Any] = {"type": "server_tool_call_response", "id": item.activity_id}
         answer["server_tool_call_response"] = result
-        yield _Entry(last.version, "assistant", answer, last.response_id or item.response_id)
+        yield _Entry(index, "assistant", answer, last.response_id or item.response_id)
 
 
 def _tool_result(item: ActivityItem) -> dict[str, Any]:
@@ -468,19 +476,22 @@ def spans(traced: TracedConversation, *, content: bool = True) -> Trace:
     builder = _Builder(traced, content)
     items = [item for turn in traced.reading.turns for item in turn.items]
     responses = [
-        item for item in items if isinstance(item, ResponseItem) and item.origin == "provider"
+        (index, item)
+        for index, item in enumerate(items)
+        if isinstance(item, ResponseItem) and item.origin == "provider"
     ]
-    for response in responses:
+    for _, response in responses:
         builder.contexts[response.id] = builder.context(response.version, "response")
-    entries = sorted(_entries(items), key=lambda entry: entry.version)
+    entries = sorted(_entries(items), key=lambda entry: entry.position)
     outputs: dict[str, list[dict[str, Any]]] = {}
     for entry in entries:
         if entry.response_id in builder.contexts and entry.role == "assistant":
             outputs.setdefault(entry.response_id or "", []).append(entry.part)
     history: list[_Message] = []
     position = 0
-    for response in sorted(responses, key=lambda response: response.version):
-        while position < len(entries) and entries[position].version < response.version:
+    for index, response in responses:  # in the reading's order (a resent response's
+        # newest attempt sits at its first attempt's place)
+        while position < len(entries) and entries[position].position < index:
             _append(history, entries[position])
             position += 1
         builder.response(response, list(history), outputs.get(response.id, []))

@@ -599,3 +599,31 @@ def test_hostile_text_is_exported_as_inert_data(texts: list[str]) -> None:
     )
     assert [p["content"] for p in messages[0]["parts"]][: len(user.blocks)] == list(user.blocks)
     assert values  # attributes were written
+
+
+@pytest.mark.parametrize(
+    ("server", "provider", "port"),
+    [("api.deepseek.com", "deepseek", None), ("localhost:11434", "openai", 11434)],
+)
+def test_a_chat_completions_server_names_the_provider(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], server: str, provider: str, port: int | None
+) -> None:
+    """The server a Chat Completions capture came from (its payloads' binding) is
+    `server.address`; a server the conventions know names the provider, others stay
+    `openai`."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    root = ROOT / "examples" / "openai-chat" / "compatible_servers"
+    argv = ["--db", url, "ingest", "--provider", "openai-chat", "--server", server]
+    assert (
+        cli.main([*argv, "--request", str(root / "1.request.json"), str(root / "1.response.sse")])
+        == 0
+    )
+    capsys.readouterr()
+    with open_store(url) as store:
+        (summary,) = store.service.list(offset=0, limit=2)
+        spans = otel.spans(traced(store, ConversationId(summary.id)))
+    (chat,) = [span for span in spans if span.kind is SpanKind.CLIENT]
+    attributes = chat.attributes or {}
+    assert attributes[otel.PROVIDER] == provider
+    assert attributes[otel.SERVER_ADDRESS] == server.split(":", maxsplit=1)[0]
+    assert attributes.get(otel.SERVER_PORT) == port

@@ -6,9 +6,8 @@ import argparse
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from convstore.adapters.cli.integrity import EXIT_BROKEN, chain_warning
 from convstore.adapters.cli.registry import (
@@ -294,8 +293,7 @@ def _make_folder(path: Path) -> None:
         raise ConfigurationError(f"cannot make the folder {path}: {error.strerror}") from None
 
 
-@dataclass(frozen=True, slots=True)
-class _Kind:
+class _Kind(NamedTuple):
     """How one export format reads a conversation and renders it."""
 
     load: Callable[[ConversationId], Exportable]
@@ -370,12 +368,12 @@ def _kind(args: argparse.Namespace, session: Session) -> _Kind:
     )
 
 
-@dataclass(slots=True)
 class _Sent:
     """What --otlp-endpoint sent: conversations and spans."""
 
-    count: int = 0
-    total: int = 0
+    def __init__(self) -> None:
+        self.count = 0
+        self.total = 0
 
 
 class _Export:
