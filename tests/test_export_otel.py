@@ -40,11 +40,12 @@ from convstore.adapters.cli.integrity import EXIT_BROKEN
 from convstore.adapters.terminal.render import sanitize
 from convstore.adapters.wire.providers import read_payload
 from convstore.domain import ConversationId, Event, ResponseEnded, ResponseStarted
-from convstore.projections import otel, portable
+from convstore.projections import otel, otlp, portable
 from convstore.projections.portable import ActivityItem, ResponseItem, ToolCallItem, UserItem
 from convstore.storage import Store, open_store
 from tests.test_chain_on_read import tampered
 from tests.test_export import SECRET, hostile_events, hostile_texts
+from tests.test_json_schemas import _check as check_schema
 from tests.test_portable import ingest_examples, items, opaque_values
 
 __all__ = ["tampered"]  # the fixture, shared with the chain-on-read tests
@@ -85,7 +86,7 @@ def every(
 def exported(trace: list[ReadableSpan]) -> tuple[ReadableSpan, ...]:
     """The spans as the SDK's in-memory exporter holds them."""
     exporter = InMemorySpanExporter()
-    assert otel.send(trace, exporter)
+    assert otlp.send(trace, exporter)
     return exporter.get_finished_spans()
 
 
@@ -301,8 +302,8 @@ def test_two_exports_are_identical_and_ids_are_derived(
     store, ids = examples
     for conversations in ids.values():
         for conversation in conversations:
-            first = otel.otlp_json(otel.spans(traced(store, conversation)))
-            again = otel.otlp_json(otel.spans(traced(store, conversation)))
+            first = otlp.otlp_json(otel.spans(traced(store, conversation)))
+            again = otlp.otlp_json(otel.spans(traced(store, conversation)))
             assert first == again
             data = json.loads(first)
             spans = data["resourceSpans"][0]["scopeSpans"][0]["spans"]
@@ -314,8 +315,8 @@ def test_two_exports_are_identical_and_ids_are_derived(
 def test_no_content_leaves_out_every_message(examples: tuple[Store, dict[str, Any]]) -> None:
     opaque = opaque_values()
     for _, _, conversation in every(examples):
-        bare = otel.otlp_json(otel.spans(conversation, content=False))
-        full = otel.otlp_json(otel.spans(conversation))
+        bare = otlp.otlp_json(otel.spans(conversation, content=False))
+        full = otlp.otlp_json(otel.spans(conversation))
         spans = exported(otel.spans(conversation, content=False))
         assert spans and not any(set(s.attributes or {}) & set(CONTENT) for s in spans)
         for user in items(conversation.reading, UserItem):
@@ -386,7 +387,7 @@ def test_the_file_parses_back_into_the_same_spans(
     target = tmp_path / "one.otlp.jsonl"
     argv = ["--db", url, "export", str(ids[0]), "--format", "otel", "-o", str(target), "--json"]
     assert cli.main(argv) == 0
-    summary = json.loads(capsys.readouterr().out)
+    summary = check_schema("export", capsys.readouterr().out)
     assert summary["format"] == "otel" and summary["files"] == [str(target)]
     (line,) = target.read_text(encoding="utf-8").splitlines()
     with open_store(url) as store:
@@ -466,7 +467,7 @@ def test_spans_sent_to_an_otlp_receiver(
     capsys.readouterr()
     argv = ["--db", url, "export", "--all", "--format", "otel", "--otlp-endpoint", base, "--json"]
     assert cli.main(argv) == 0
-    summary = json.loads(capsys.readouterr().out)
+    summary = check_schema("export", capsys.readouterr().out)
     with open_store(url) as store:
         expected = [encode_spans(otel.spans(traced(store, c))) for c in ids]
     assert handler.received == expected  # one request a conversation, decoded as sent
@@ -587,7 +588,7 @@ def test_hostile_text_is_exported_as_inert_data(texts: list[str]) -> None:
     decodes back to exactly what was stored; no payload value ever appears."""
     events = hostile_events(texts)
     conversation = otel.read(events)
-    line = otel.otlp_json(otel.spans(conversation))
+    line = otlp.otlp_json(otel.spans(conversation))
     assert sanitize(line) == line and "\n" not in line and SECRET not in line
     request = parse_otlp_json(line)
     spans = request.resource_spans[0].scope_spans[0].spans

@@ -333,7 +333,7 @@ def _kind(args: argparse.Namespace, session: Session) -> _Kind:
             array=format == "json",
         )
     try:
-        from convstore.projections import otel
+        from convstore.projections import otel, otlp
     except ModuleNotFoundError as error:  # the base install has no OpenTelemetry SDK
         raise ConfigurationError(
             f"--format otel needs the `otel` extra ({error.name} is not installed): "
@@ -347,12 +347,12 @@ def _kind(args: argparse.Namespace, session: Session) -> _Kind:
     send = None
     endpoint = ""
     if args.otlp_endpoint is not None:
-        endpoint = otel.traces_url(args.otlp_endpoint)
-        exporter = otel.http_exporter(endpoint)
+        endpoint = otlp.traces_url(args.otlp_endpoint)
+        exporter = otlp.http_exporter(endpoint)
 
         def send(document: Any) -> int:
             trace = otel.spans(document, content=content)
-            if not otel.send(trace, exporter):
+            if not otlp.send(trace, exporter):
                 raise ConfigurationError(
                     f"the OTLP receiver at {render.one_line(endpoint)} did not take the spans"
                     f" of conversation {document.id} (unreachable, or it refused them)"
@@ -361,8 +361,8 @@ def _kind(args: argparse.Namespace, session: Session) -> _Kind:
 
     return _Kind(
         load=read,
-        render=lambda document, status: otel.render(document, content=content),
-        extension=otel.EXTENSION,
+        render=lambda document, status: otlp.render(document, content=content),
+        extension=otlp.EXTENSION,
         send=send,
         endpoint=endpoint,
     )
