@@ -588,9 +588,11 @@ def test_hostile_text_is_exported_as_inert_data(texts: list[str]) -> None:
     decodes back to exactly what was stored; no payload value ever appears."""
     events = hostile_events(texts)
     conversation = otel.read(events)
-    line = otlp.otlp_json(otel.spans(conversation))
+    trace = otel.spans(conversation)
+    line = otlp.otlp_json(trace)
     assert sanitize(line) == line and "\n" not in line and SECRET not in line
     request = parse_otlp_json(line)
+    assert request == encode_spans(trace)  # the JSON line is the protobuf message, whole
     spans = request.resource_spans[0].scope_spans[0].spans
     values = {a.key: a.value.string_value for s in spans for a in s.attributes}
     user = items(portable.fold(events), UserItem)[0]

@@ -227,8 +227,6 @@ def export_command(args: argparse.Namespace, session: Session) -> int:
     that does not hold is still exported (the Markdown says so at the top), named on stderr,
     and the exit is 5. `--all` passes over a conversation whose stored events cannot be
     read, naming it on stderr, exports the others and exits 5 (as `audit --all` does)."""
-    from convstore.projections import export
-
     sending = args.otlp_endpoint is not None
     if args.json and args.output is None and not sending:
         raise ConfigurationError(
@@ -240,6 +238,18 @@ def export_command(args: argparse.Namespace, session: Session) -> int:
     kind = _kind(args, session)
     folder = args.output is not None and args.output.endswith(("/", os.sep))
     args.output = path(args.output) if args.output is not None else None
+    try:
+        return _exported(args, session, kind, folder)
+    finally:
+        if kind.close is not None:
+            kind.close()
+
+
+def _exported(args: argparse.Namespace, session: Session, kind: _Kind, folder: bool) -> int:
+    """`export_command` once its format is known: the exit status."""
+    from convstore.projections import export
+
+    sending = kind.send is not None
     run = _Export(args, session, kind)
     if args.id is not None:
         conversation_id = resolve_id(session.reader, args.id)
@@ -310,6 +320,8 @@ class _Kind(NamedTuple):
     """For --otlp-endpoint: send a document's spans, return how many were sent."""
     endpoint: str = ""
     """Where `send` sends."""
+    close: Callable[[], None] | None = None
+    """Releases what `send` holds (the exporter's connections)."""
 
 
 def _kind(args: argparse.Namespace, session: Session) -> _Kind:
@@ -344,7 +356,7 @@ def _kind(args: argparse.Namespace, session: Session) -> _Kind:
     def read(conversation_id: ConversationId) -> Exportable:
         return otel.read(service.history(conversation_id), read_payload)
 
-    send = None
+    send = close = None
     endpoint = ""
     if args.otlp_endpoint is not None:
         endpoint = otlp.traces_url(args.otlp_endpoint)
@@ -359,12 +371,15 @@ def _kind(args: argparse.Namespace, session: Session) -> _Kind:
                 )
             return len(trace)
 
+        close = exporter.shutdown
+
     return _Kind(
         load=read,
         render=lambda document, status: otlp.render(document, content=content),
         extension=otlp.EXTENSION,
         send=send,
         endpoint=endpoint,
+        close=close,
     )
 
 
