@@ -19,7 +19,8 @@ module of the standard library only, rather than leaving it to the command line.
 
 Files are written by `projections.files` (never through a link: a temporary file in the
 folder, renamed into place); names come from `file_name` (an ASCII slug of the title,
-then the id).
+then the id). `write_document` and `write_documents` write any `Exportable` rendering the
+same way (the OpenTelemetry export, `otel`, writes its OTLP JSON through them).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Final, Literal, TypeAlias
+from typing import Any, Final, Literal, Protocol, TypeAlias, TypeVar
 from uuid import UUID
 
 import msgspec
@@ -175,13 +176,31 @@ def slug(title: str, limit: int = 60) -> str:
     return "-".join(words)[:limit].strip("-")
 
 
-def file_name(conversation: PortableConversation, format: Format) -> str:
-    """`slug-of-the-title-<id>.<format>`: unique by the id, safe on every filesystem."""
+class Exportable(Protocol):
+    """What a file of one conversation is named after."""
+
+    @property
+    def id(self) -> UUID:
+        """The conversation's id."""
+        ...
+
+    @property
+    def title(self) -> str:
+        """Its title."""
+        ...
+
+
+Document = TypeVar("Document", bound=Exportable)
+
+
+def file_name(conversation: Exportable, extension: str) -> str:
+    """`slug-of-the-title-<id>.<extension>` (a format's extension is its name): unique by
+    the id, safe on every filesystem."""
     stem = slug(conversation.title)
     stem = f"{stem}-{conversation.id}" if stem else str(conversation.id)
     if stem.split(".")[0] in _RESERVED:  # unreachable with the id appended; kept as a guard
         stem = f"_{stem}"
-    return f"{stem}.{format}"
+    return f"{stem}.{extension}"
 
 
 def write_one(
@@ -194,8 +213,13 @@ def write_one(
 
     A link at `path` is refused, never followed (`files.write_file`).
     """
-    chunks = render(conversation, format, chain)
-    return write_file(path, chunks, folder_name=file_name(conversation, format))
+    return write_document(path, conversation, format, render(conversation, format, chain))
+
+
+def write_document(path: Path, document: Exportable, extension: str, chunks: Iterable[str]) -> Path:
+    """Write one conversation's rendering to the file `path`, or into `path` when it is a
+    folder (named by `file_name`); a link at `path` is refused, never followed."""
+    return write_file(path, chunks, folder_name=file_name(document, extension))
 
 
 def write_all(
@@ -209,12 +233,33 @@ def write_all(
     """Write each conversation to its own file in the folder `path` (created if missing;
     a link there is refused); `progress` gets the count after each file, `chain` gives
     each conversation's chain status (see `render`)."""
+    return write_documents(
+        conversations,
+        path,
+        format,
+        lambda conversation, status: render(conversation, format, status),
+        progress=progress,
+        chain=chain,
+    )
+
+
+def write_documents(
+    documents: Iterable[Document],
+    path: Path,
+    extension: str,
+    rendering: Callable[[Document, ChainStatus | None], Iterable[str]],
+    *,
+    progress: Callable[[int], None] | None = None,
+    chain: Callable[[Document], ChainStatus | None] | None = None,
+) -> list[Path]:
+    """`write_all` for any rendering: each document's `rendering` (given its chain status)
+    to its own file in the folder `path`, named by `file_name` with `extension`."""
     written: list[Path] = []
     with OutputFolder(path, create=True) as folder:
-        for conversation in conversations:
-            status = chain(conversation) if chain is not None else None
-            chunks = render(conversation, format, status)
-            written.append(folder.write(file_name(conversation, format), chunks))
+        for document in documents:
+            status = chain(document) if chain is not None else None
+            chunks = rendering(document, status)
+            written.append(folder.write(file_name(document, extension), chunks))
             if progress is not None:
                 progress(len(written))
     return written

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from convstore.adapters.cli.integrity import EXIT_BROKEN, chain_warning
 from convstore.adapters.cli.registry import (
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from convstore.domain import ConversationId, ConversationSummary
     from convstore.projections.chain import ChainStatus
-    from convstore.projections.portable import PortableConversation
+    from convstore.projections.export import Exportable
 
 
 LIST_HEADER = f"{'ID':<8}  {'STARTED':<23}  {'PROVIDER/MODEL':<28}  {'TURNS':>5}  TITLE"
@@ -188,14 +188,29 @@ def _export_arguments(parser: argparse.ArgumentParser) -> None:
     which.add_argument("id", nargs="?", help="the conversation's id")
     which.add_argument("--all", action="store_true", help="every conversation, oldest first")
     parser.add_argument(
-        "--format", required=True, choices=("json", "jsonl", "md"), help="the export format"
+        "--format",
+        required=True,
+        choices=("json", "jsonl", "md", "otel"),
+        help="the export format (otel: OpenTelemetry spans as OTLP JSON; the `otel` extra)",
     )
-    parser.add_argument(
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
         "-o",
         "--output",
         metavar="PATH",
         help="a file (or a folder; PATH/ makes it) for one conversation; the folder for --all"
         " (default: stdout)",
+    )
+    where.add_argument(
+        "--otlp-endpoint",
+        metavar="URL",
+        help="--format otel: send the spans to this OTLP/HTTP receiver instead (a bare"
+        " http://host:port gets /v1/traces; headers from OTEL_EXPORTER_OTLP_HEADERS)",
+    )
+    parser.add_argument(
+        "--no-content",
+        action="store_true",
+        help="--format otel: leave out the messages, tool arguments and results",
     )
     parser.add_argument(
         "--progress", action="store_true", help="count on stderr even when it is no terminal"
@@ -203,49 +218,78 @@ def _export_arguments(parser: argparse.ArgumentParser) -> None:
     json_flag(parser)
 
 
-@command("export", "export conversations as JSON, JSONL or Markdown", _export_arguments)
+@command("export", "export conversations as JSON, JSONL, Markdown or OTel spans", _export_arguments)
 def export_command(args: argparse.Namespace, session: Session) -> int:
     """Without `-o`, the export itself on stdout (inert); with it, files written only inside
     the chosen folder (one per conversation for --all), and `--json` prints a summary
-    (with `chain`). Each conversation's stored chain is verified as it is read: one that
-    does not hold is still exported (the Markdown says so at the top), named on stderr,
+    (with `chain`). `--format otel --otlp-endpoint URL` sends each conversation's spans to
+    that receiver instead. Each conversation's stored chain is verified as it is read: one
+    that does not hold is still exported (the Markdown says so at the top), named on stderr,
     and the exit is 5. `--all` passes over a conversation whose stored events cannot be
     read, naming it on stderr, exports the others and exits 5 (as `audit --all` does)."""
-    from convstore.adapters.wire.providers import read_payload
-    from convstore.projections import export, portable
-
-    if args.json and args.output is None:
-        raise ConfigurationError("--json summarizes the files written: use it with -o PATH")
+    sending = args.otlp_endpoint is not None
+    if args.json and args.output is None and not sending:
+        raise ConfigurationError(
+            "--json summarizes the files written: use it with -o PATH (or --otlp-endpoint)"
+        )
+    if args.format != "otel" and (sending or args.no_content):
+        option = "--otlp-endpoint" if sending else "--no-content"
+        raise ConfigurationError(f"{option} belongs to --format otel")
+    kind = _kind(args, session)
     folder = args.output is not None and args.output.endswith(("/", os.sep))
     args.output = path(args.output) if args.output is not None else None
-    run = _Export(args, session)
+    try:
+        return _exported(args, session, kind, folder)
+    finally:
+        if kind.close is not None:
+            kind.close()
+
+
+def _exported(args: argparse.Namespace, session: Session, kind: _Kind, folder: bool) -> int:
+    """`export_command` once its format is known: the exit status."""
+    from convstore.projections import export
+
+    sending = kind.send is not None
+    run = _Export(args, session, kind)
     if args.id is not None:
         conversation_id = resolve_id(session.reader, args.id)
         try:
-            conversation = portable.load(session.reader.service, conversation_id, read_payload)
+            document = kind.load(conversation_id)
         except IntegrityError as error:
             return _unreadable(session, conversation_id, error)
-        status = run.checked(conversation)
-        if args.output is None:
-            for chunk in export.render(conversation, args.format, status):
+        status = run.checked(document)
+        if kind.send is not None:
+            run.sent(document)
+            files: list[Path] = []
+        elif args.output is None:
+            for chunk in kind.render(document, status):
                 session.out.write(chunk)
             return run.code
-        if folder and not args.output.exists():
-            _make_folder(args.output)
-        files = [export.write_one(args.output, conversation, args.format, status)]
+        else:
+            if folder and not args.output.exists():
+                _make_folder(args.output)
+            chunks = kind.render(document, status)
+            files = [export.write_document(args.output, document, kind.extension, chunks)]
     else:
         written = run.all()
         if written is None:
             return run.code
         files = written
     if args.json:
-        data = {
+        data: dict[str, Any] = {
             "format": args.format,
-            "conversations": len(files),
+            "conversations": run.spans.count if sending else len(files),
             "files": [str(f) for f in files],
             "chain": run.summary(),
         }
+        if sending:
+            data.update(endpoint=kind.endpoint, spans=run.spans.total)
         session.out.json(data)
+    elif sending:
+        session.out.line(
+            f"{run.spans.count} conversation(s), {run.spans.total} span(s) sent to "
+            f"{render.one_line(kind.endpoint)}"
+        )
     else:
         session.out.line(f"{len(files)} conversation(s) exported to {args.output}")
     return run.code
@@ -259,21 +303,111 @@ def _make_folder(path: Path) -> None:
         raise ConfigurationError(f"cannot make the folder {path}: {error.strerror}") from None
 
 
+class _Kind(NamedTuple):
+    """How one export format reads a conversation and renders it."""
+
+    load: Callable[[ConversationId], Exportable]
+    """The conversation's document (raises IntegrityError for unreadable stored events)."""
+    render: Callable[[Any, ChainStatus | None], Iterable[str]]
+    """A document (of `load`) as text chunks, given its chain status."""
+    extension: str
+    """Its files' extension."""
+    separator: str = ""
+    """Between two documents on stdout."""
+    array: bool = False
+    """On stdout, the documents of --all are one JSON array."""
+    send: Callable[[Any], int] | None = None
+    """For --otlp-endpoint: send a document's spans, return how many were sent."""
+    endpoint: str = ""
+    """Where `send` sends."""
+    close: Callable[[], None] | None = None
+    """Releases what `send` holds (the exporter's connections)."""
+
+
+def _kind(args: argparse.Namespace, session: Session) -> _Kind:
+    """The export format's reading and rendering; for otel, ConfigurationError (exit 2)
+    without the `otel` extra, or with an endpoint that is no http(s) URL."""
+    from convstore.adapters.wire.providers import read_payload
+    from convstore.projections import export, portable
+
+    service = session.reader.service
+    if args.format != "otel":
+        format = args.format
+
+        def load(conversation_id: ConversationId) -> Exportable:
+            return portable.load(service, conversation_id, read_payload)
+
+        return _Kind(
+            load=load,
+            render=lambda document, status: export.render(document, format, status),
+            extension=format,
+            separator={"md": export.MD_SEPARATOR, "json": ","}.get(format, ""),
+            array=format == "json",
+        )
+    try:
+        from convstore.projections import otel, otlp
+    except ModuleNotFoundError as error:  # the base install has no OpenTelemetry SDK
+        raise ConfigurationError(
+            f"--format otel needs the `otel` extra ({error.name} is not installed): "
+            "pip install 'convstore[otel]'"
+        ) from None
+    content = not args.no_content
+
+    def read(conversation_id: ConversationId) -> Exportable:
+        return otel.read(service.history(conversation_id), read_payload)
+
+    send = close = None
+    endpoint = ""
+    if args.otlp_endpoint is not None:
+        endpoint = otlp.traces_url(args.otlp_endpoint)
+        exporter = otlp.http_exporter(endpoint)
+
+        def send(document: Any) -> int:
+            trace = otel.spans(document, content=content)
+            if not otlp.send(trace, exporter):
+                raise ConfigurationError(
+                    f"the OTLP receiver at {render.one_line(endpoint)} did not take the spans"
+                    f" of conversation {document.id} (unreachable, or it refused them)"
+                )
+            return len(trace)
+
+        close = exporter.shutdown
+
+    return _Kind(
+        load=read,
+        render=lambda document, status: otlp.render(document, content=content),
+        extension=otlp.EXTENSION,
+        send=send,
+        endpoint=endpoint,
+        close=close,
+    )
+
+
+class _Sent:
+    """What --otlp-endpoint sent: conversations and spans."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.total = 0
+
+
 class _Export:
     """One export's state: the conversations that could not be read, the broken chains."""
 
-    def __init__(self, args: argparse.Namespace, session: Session) -> None:
+    def __init__(self, args: argparse.Namespace, session: Session, kind: _Kind) -> None:
         self.args = args
         self.session = session
+        self.kind = kind
         self.unreadable = 0
         self.broken: dict[str, ChainStatus] = {}
+        self.spans = _Sent()
 
     @property
     def code(self) -> int:
         """The exit status so far."""
         return EXIT_BROKEN if self.unreadable or self.broken else 0
 
-    def checked(self, conversation: PortableConversation) -> ChainStatus:
+    def checked(self, conversation: Exportable) -> ChainStatus:
         """The conversation's chain status, a broken one named on stderr."""
         from convstore.projections.chain import chain_status
 
@@ -283,12 +417,18 @@ class _Export:
             self.session.err.line(chain_warning(status, conversation.id))
         return status
 
-    def all(self) -> list[Path] | None:
-        """Every conversation, to stdout (None) or into the folder (the files written)."""
-        from convstore.adapters.wire.providers import read_payload
-        from convstore.projections import export, portable
+    def sent(self, document: Exportable) -> None:
+        """Send the document's spans to the OTLP receiver (--otlp-endpoint)."""
+        assert self.kind.send is not None  # only called when sending
+        self.spans.total += self.kind.send(document)
+        self.spans.count += 1
 
-        args, session = self.args, self.session
+    def all(self) -> list[Path] | None:
+        """Every conversation, to stdout (None), into the folder (the files written), or to
+        the OTLP receiver (no files)."""
+        from convstore.projections import export
+
+        args, session, kind = self.args, self.session, self.kind
         ids = list(all_ids(session.reader))
         progress = Progress(session.err, "export")
         forced, shown = args.progress and not progress.enabled, 0.0
@@ -300,10 +440,10 @@ class _Export:
                 shown = time.monotonic()
                 session.err.line(f"export: conversations {done}/{len(ids)}")
 
-        def readable() -> Iterator[PortableConversation]:
+        def readable() -> Iterator[Exportable]:
             for conversation in ids:
                 try:
-                    yield portable.load(session.reader.service, conversation, read_payload)
+                    yield kind.load(conversation)
                 except IntegrityError as error:
                     self.unreadable += 1
                     progress.clear()
@@ -312,27 +452,36 @@ class _Export:
                         f"{render.one_line(str(error))} (see `{PROG} verify`)"
                     )
 
-        def status_of(conversation: PortableConversation) -> ChainStatus:
+        def status_of(conversation: Exportable) -> ChainStatus:
             progress.clear()
             return self.checked(conversation)
 
         try:
+            if kind.send is not None:
+                for done, document in enumerate(readable(), 1):
+                    status_of(document)
+                    self.sent(document)
+                    count(done)
+                return []
             if args.output is not None:
-                return export.write_all(
-                    readable(), args.output, args.format, progress=count, chain=status_of
+                return export.write_documents(
+                    readable(),
+                    args.output,
+                    kind.extension,
+                    kind.render,
+                    progress=count,
+                    chain=status_of,
                 )
-            one_document = args.format == "json"  # an array, streamed one element a line
-            if one_document:
+            if kind.array:  # one JSON document, streamed one element a line
                 session.out.write("[\n")
             for done, conversation in enumerate(readable(), 1):
                 status = status_of(conversation)
                 if done > 1:
-                    separator = {"md": export.MD_SEPARATOR, "json": ","}.get(args.format, "")
-                    session.out.write(separator)
-                for chunk in export.render(conversation, args.format, status):
+                    session.out.write(kind.separator)
+                for chunk in kind.render(conversation, status):
                     session.out.write(chunk)
                 count(done)
-            if one_document:
+            if kind.array:
                 session.out.write("]\n")
             return None
         finally:
