@@ -13,7 +13,13 @@ __all__ = ["FORMATS", "importer"]
 
 def _importers() -> dict[str, Callable[[], Importer]]:
     """Each format's importer, built on use (a format's reader loads only when asked)."""
-    return {}
+    return {"pydantic-ai": _pydantic_ai}
+
+
+def _pydantic_ai() -> Importer:
+    from convstore.adapters.importing.pydantic_ai.importer import PydanticAIImporter
+
+    return PydanticAIImporter()
 
 
 FORMATS: Final[tuple[str, ...]] = tuple(sorted(_importers()))

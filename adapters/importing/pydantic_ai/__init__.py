@@ -1,0 +1,1 @@
+"""pydantic-ai message histories (`ModelMessagesTypeAdapter` JSON): the import."""
