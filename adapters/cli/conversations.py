@@ -28,7 +28,7 @@ from convstore.domain.errors import ConfigurationError, IntegrityError
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from convstore.domain import ConversationId, ConversationSummary
+    from convstore.domain import ConversationId, ConversationSummary, Event
     from convstore.projections.chain import ChainStatus
     from convstore.projections.portable import PortableConversation
 
@@ -188,7 +188,10 @@ def _export_arguments(parser: argparse.ArgumentParser) -> None:
     which.add_argument("id", nargs="?", help="the conversation's id")
     which.add_argument("--all", action="store_true", help="every conversation, oldest first")
     parser.add_argument(
-        "--format", required=True, choices=("json", "jsonl", "md"), help="the export format"
+        "--format",
+        required=True,
+        choices=("json", "jsonl", "md", "pydantic-ai"),
+        help="the export format (pydantic-ai: a message history an agent continues from)",
     )
     parser.add_argument(
         "-o",
@@ -203,7 +206,11 @@ def _export_arguments(parser: argparse.ArgumentParser) -> None:
     json_flag(parser)
 
 
-@command("export", "export conversations as JSON, JSONL or Markdown", _export_arguments)
+@command(
+    "export",
+    "export conversations as JSON, JSONL, Markdown or pydantic-ai histories",
+    _export_arguments,
+)
 def export_command(args: argparse.Namespace, session: Session) -> int:
     """Without `-o`, the export itself on stdout (inert); with it, files written only inside
     the chosen folder (one per conversation for --all), and `--json` prints a summary
@@ -227,12 +234,12 @@ def export_command(args: argparse.Namespace, session: Session) -> int:
             return _unreadable(session, conversation_id, error)
         status = run.checked(conversation)
         if args.output is None:
-            for chunk in export.render(conversation, args.format, status):
+            for chunk in export.render(conversation, args.format, status, run.history):
                 session.out.write(chunk)
             return run.code
         if folder and not args.output.exists():
             _make_folder(args.output)
-        files = [export.write_one(args.output, conversation, args.format, status)]
+        files = [export.write_one(args.output, conversation, args.format, status, run.history)]
     else:
         written = run.all()
         if written is None:
@@ -272,6 +279,12 @@ class _Export:
     def code(self) -> int:
         """The exit status so far."""
         return EXIT_BROKEN if self.unreadable or self.broken else 0
+
+    def history(self, conversation: PortableConversation) -> list[Event]:
+        """The conversation's stored events (for the formats built from them)."""
+        from convstore.domain import ConversationId
+
+        return self.session.reader.service.history(ConversationId(conversation.id))
 
     def checked(self, conversation: PortableConversation) -> ChainStatus:
         """The conversation's chain status, a broken one named on stderr."""
@@ -319,7 +332,12 @@ class _Export:
         try:
             if args.output is not None:
                 return export.write_all(
-                    readable(), args.output, args.format, progress=count, chain=status_of
+                    readable(),
+                    args.output,
+                    args.format,
+                    progress=count,
+                    chain=status_of,
+                    history=self.history,
                 )
             one_document = args.format == "json"  # an array, streamed one element a line
             if one_document:
@@ -329,7 +347,7 @@ class _Export:
                 if done > 1:
                     separator = {"md": export.MD_SEPARATOR, "json": ","}.get(args.format, "")
                     session.out.write(separator)
-                for chunk in export.render(conversation, args.format, status):
+                for chunk in export.render(conversation, args.format, status, self.history):
                     session.out.write(chunk)
                 count(done)
             if one_document:

@@ -106,7 +106,7 @@ def _summary(content: Any) -> str:
     if isinstance(content, list):
         return f"{len(content)} result{'s' if len(content) != 1 else ''}"
     if isinstance(content, dict) and isinstance(content.get("status"), str):
-        return content["status"]
+        return str(content["status"])
     return ""
 
 
