@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
 from convstore.adapters import cli
@@ -25,6 +26,9 @@ from convstore.domain import (
 from convstore.storage import open_store
 from tests import pydantic_ai_histories as histories
 
+SCHEMA = json.loads(
+    (Path(__file__).resolve().parents[1] / "adapters/cli/schemas/import.schema.json").read_text()
+)
 SUMMARY_KEYS = {
     "format",
     "conversations",
@@ -60,6 +64,9 @@ def imported(capsys: pytest.CaptureFixture[str], db: str, path: Path) -> dict[st
     code, out, err = run(capsys, db, "import", "pydantic-ai", path, "--json")
     assert code == 0, err
     data: dict[str, Any] = json.loads(out)
+    jsonschema.Draft202012Validator(
+        SCHEMA, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
+    ).validate(data)
     return data
 
 

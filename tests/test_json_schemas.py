@@ -231,6 +231,7 @@ FAILING: dict[str, list[str]] = {
     "reindex": [],
     "project": [],
     "ingest": ["--provider", "anthropic", "/nonexistent/capture.sse"],
+    "import": ["pydantic-ai", "/nonexistent/history.json"],
     "replay": [MISSING, "--to", "anthropic"],
     "ask": ["Where?", "--model", "claude-sonnet-4-5", "--cfg", "ask.colour=1"],
     "fork": [MISSING, "--at", "1"],
