@@ -9,7 +9,7 @@
   `turn` line before each turn's items, and one line per item (`RECORD_DECODER` reads
   any line; the envelope's extra keys are ignored there).
 - **pydantic-ai**: the conversation as a pydantic-ai message history, built from its
-  events (see `pydantic_ai`), which `render` is given by `history`.
+  events by `adapters.importing.pydantic_ai.export`, which `render` is given as `native`.
 - **Markdown**: the presentation model (`presentation.present`, with the chain status when
   given) rendered by `markdown`: clean CommonMark, escaped only where markup would form.
 
@@ -37,7 +37,6 @@ from uuid import UUID
 import msgspec
 
 from convstore.adapters.terminal.render import inert_json
-from convstore.domain.events import Event
 from convstore.domain.vocabulary import EndState, TurnTrigger
 from convstore.projections.chain import ChainStatus
 from convstore.projections.files import OutputFolder, write_file
@@ -49,16 +48,15 @@ from convstore.projections.portable import (
     Schema,
 )
 from convstore.projections.presentation import present
-from convstore.projections.pydantic_ai import history_json
 
 Format: TypeAlias = Literal["json", "jsonl", "md", "pydantic-ai"]
 FORMATS: Final[tuple[Format, ...]] = ("json", "jsonl", "md", "pydantic-ai")
 """Every export format; each is also its files' extension, but for `EXTENSIONS`."""
 EXTENSIONS: Final[dict[str, str]] = {"pydantic-ai": "pydantic-ai.json"}
 
-History: TypeAlias = Callable[[PortableConversation], Iterable[Event]]
-"""A conversation's stored events (`ConversationService.history`), for the formats built
-from them rather than from the portable reading (`pydantic-ai`)."""
+Native: TypeAlias = Callable[[PortableConversation], str]
+"""A conversation as one document (no newline) of a format an adapter builds from its
+stored events rather than from the portable reading (`pydantic-ai`)."""
 
 # --- JSON and JSONL -------------------------------------------------------------------------
 
@@ -154,15 +152,15 @@ def render(
     conversation: PortableConversation,
     format: Format,
     chain: ChainStatus | None = None,
-    history: History | None = None,
+    native: Native | None = None,
 ) -> Iterator[str]:
     """The conversation in `format`, as inert text chunks, each ending in a newline; the
     Markdown transcript opens with `chain`, the status of its stored chain, when given;
-    `pydantic-ai` reads the events `history` gives (required for it)."""
+    `pydantic-ai` is what `native` writes (required for it)."""
     if format == "pydantic-ai":
-        if history is None:
-            raise TypeError("the pydantic-ai export is built from the events: pass history")
-        yield history_json(history(conversation)) + "\n"
+        if native is None:
+            raise TypeError("the pydantic-ai export is built by its adapter: pass native")
+        yield native(conversation) + "\n"
     elif format == "json":
         yield json_document(conversation) + "\n"
     elif format == "jsonl":
@@ -206,13 +204,13 @@ def write_one(
     conversation: PortableConversation,
     format: Format,
     chain: ChainStatus | None = None,
-    history: History | None = None,
+    native: Native | None = None,
 ) -> Path:
     """Write one conversation to the file `path`, or into `path` when it is a folder.
 
     A link at `path` is refused, never followed (`files.write_file`).
     """
-    chunks = render(conversation, format, chain, history)
+    chunks = render(conversation, format, chain, native)
     return write_file(path, chunks, folder_name=file_name(conversation, format))
 
 
@@ -223,16 +221,16 @@ def write_all(
     *,
     progress: Callable[[int], None] | None = None,
     chain: Callable[[PortableConversation], ChainStatus | None] | None = None,
-    history: History | None = None,
+    native: Native | None = None,
 ) -> list[Path]:
     """Write each conversation to its own file in the folder `path` (created if missing;
     a link there is refused); `progress` gets the count after each file, `chain` gives
-    each conversation's chain status, `history` its events (see `render`)."""
+    each conversation's chain status, `native` writes the adapters' formats (see `render`)."""
     written: list[Path] = []
     with OutputFolder(path, create=True) as folder:
         for conversation in conversations:
             status = chain(conversation) if chain is not None else None
-            chunks = render(conversation, format, status, history)
+            chunks = render(conversation, format, status, native)
             written.append(folder.write(file_name(conversation, format), chunks))
             if progress is not None:
                 progress(len(written))

@@ -30,6 +30,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "adapters": (),
     "adapters.wire": WIRE,
     "adapters.config": ("domain", "adapters.config"),
+    "adapters.importing": (*WIRE, "adapters.importing", "adapters.terminal.render"),
     "adapters.http": ("domain", "adapters.http"),
     "adapters.recording": (*PROVIDER_RULE, "adapters.recording"),
     "adapters.terminal": ("domain", "projections", "adapters.terminal"),

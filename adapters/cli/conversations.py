@@ -28,7 +28,7 @@ from convstore.domain.errors import ConfigurationError, IntegrityError
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from convstore.domain import ConversationId, ConversationSummary, Event
+    from convstore.domain import ConversationId, ConversationSummary
     from convstore.projections.chain import ChainStatus
     from convstore.projections.portable import PortableConversation
 
@@ -234,12 +234,12 @@ def export_command(args: argparse.Namespace, session: Session) -> int:
             return _unreadable(session, conversation_id, error)
         status = run.checked(conversation)
         if args.output is None:
-            for chunk in export.render(conversation, args.format, status, run.history):
+            for chunk in export.render(conversation, args.format, status, run.native):
                 session.out.write(chunk)
             return run.code
         if folder and not args.output.exists():
             _make_folder(args.output)
-        files = [export.write_one(args.output, conversation, args.format, status, run.history)]
+        files = [export.write_one(args.output, conversation, args.format, status, run.native)]
     else:
         written = run.all()
         if written is None:
@@ -280,11 +280,12 @@ class _Export:
         """The exit status so far."""
         return EXIT_BROKEN if self.unreadable or self.broken else 0
 
-    def history(self, conversation: PortableConversation) -> list[Event]:
-        """The conversation's stored events (for the formats built from them)."""
+    def native(self, conversation: PortableConversation) -> str:
+        """The conversation in a format its adapter builds from the stored events."""
+        from convstore.adapters.importing.pydantic_ai.export import history_json
         from convstore.domain import ConversationId
 
-        return self.session.reader.service.history(ConversationId(conversation.id))
+        return history_json(self.session.reader.service.history(ConversationId(conversation.id)))
 
     def checked(self, conversation: PortableConversation) -> ChainStatus:
         """The conversation's chain status, a broken one named on stderr."""
@@ -337,7 +338,7 @@ class _Export:
                     args.format,
                     progress=count,
                     chain=status_of,
-                    history=self.history,
+                    native=self.native,
                 )
             one_document = args.format == "json"  # an array, streamed one element a line
             if one_document:
@@ -347,7 +348,7 @@ class _Export:
                 if done > 1:
                     separator = {"md": export.MD_SEPARATOR, "json": ","}.get(args.format, "")
                     session.out.write(separator)
-                for chunk in export.render(conversation, args.format, status, self.history):
+                for chunk in export.render(conversation, args.format, status, self.native):
                     session.out.write(chunk)
                 count(done)
             if one_document:
