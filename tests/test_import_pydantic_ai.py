@@ -307,3 +307,23 @@ def test_an_imported_conversation_exports_searches_audits_and_replays(
         "claude-sonnet-4-5-20250929",
     )
     assert histories.ANTHROPIC_SIGNATURE in out  # the signed thinking replays to its provider
+
+
+def test_a_history_ending_in_a_request_grows_without_recording_it_twice(
+    capsys: pytest.CaptureFixture[str], db: str, tmp_path: Path
+) -> None:
+    messages = histories.every_kind()
+    path = tmp_path / "h.json"
+    short = imported(capsys, db, histories.write(path, messages[:3]))  # ends in a tool return
+    assert short["responses"] == 1
+    [events] = stored(db).values()
+    assert any(isinstance(e, ToolCallResponded) for e in events)  # recorded as trailing
+    grown = imported(capsys, db, histories.write(path, messages))
+    assert (grown["responses"], grown["already_stored"], grown["failed"]) == (3, 1, 0)
+    [longer] = stored(db).values()
+    assert longer[: len(events)] == events
+    answered = [e.call_id for e in longer if isinstance(e, ToolCallResponded)]
+    assert answered == ["toolu_01", "call_02"]
+    again = imported(capsys, db, histories.write(path, messages[:3]))
+    assert (again["responses"], again["already_stored"]) == (0, 1)
+    assert list(stored(db).values()) == [longer]
