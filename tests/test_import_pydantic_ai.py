@@ -8,6 +8,9 @@ from typing import Any
 
 import jsonschema
 import pytest
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
+from pydantic_ai.models.test import TestModel
 
 from convstore.adapters import cli
 from convstore.adapters.importing.record import conversation_id
@@ -213,9 +216,15 @@ def test_a_folder_holds_one_history_a_file(
     folder.mkdir()
     histories.write(folder / "1.json", histories.every_kind())
     histories.write(folder / "2.json", histories.agent_run())
+    tested = Agent(TestModel()).run_sync("Hello").all_messages()  # pydantic-ai's TestModel
+    histories.write(folder / "3.json", tested)
     data = imported(capsys, db, folder)
-    assert (data["conversations"], data["new_conversations"], data["responses"]) == (2, 2, 7)
-    assert len(stored(db)) == 2
+    assert (data["conversations"], data["new_conversations"], data["responses"]) == (3, 3, 8)
+    assert len(stored(db)) == 3
+    assert [i["source_id"] for i in data["items"]][1:] == [
+        json.loads((folder / name).read_text())[0]["conversation_id"]
+        for name in ("2.json", "3.json")
+    ]
 
 
 def test_the_text_report_names_each_loss(
@@ -327,3 +336,21 @@ def test_a_history_ending_in_a_request_grows_without_recording_it_twice(
     again = imported(capsys, db, histories.write(path, messages[:3]))
     assert (again["responses"], again["already_stored"]) == (0, 1)
     assert list(stored(db).values()) == [longer]
+
+
+def test_hostile_text_reaches_the_terminal_inert(
+    capsys: pytest.CaptureFixture[str], db: str, tmp_path: Path
+) -> None:
+    escape = "\x1b]0;owned\x07\x1b[2J"
+    messages = [
+        ModelRequest(parts=[UserPromptPart(content=f"hi{escape}")], conversation_id=escape),
+        ModelResponse(parts=[TextPart(content=f"answer{escape}")], provider_name=escape),
+    ]
+    path = histories.write(tmp_path / "h.json", messages)
+    code, out, err = run(capsys, db, "import", "pydantic-ai", path)
+    assert code == 0 and "\x1b" not in out + err and "\x07" not in out + err
+    [events] = stored(db).values()
+    assert [e.text for e in events if isinstance(e, AssistantText)] == [f"answer{escape}"]
+    conversation = str(events[0].originator_id)
+    code, out, _ = run(capsys, db, "export", conversation, "--format", "pydantic-ai")
+    assert code == 0 and "\x1b" not in out and "\\u001b" in out
