@@ -354,3 +354,24 @@ def test_hostile_text_reaches_the_terminal_inert(
     conversation = str(events[0].originator_id)
     code, out, _ = run(capsys, db, "export", conversation, "--format", "pydantic-ai")
     assert code == 0 and "\x1b" not in out and "\\u001b" in out
+
+
+def test_an_agent_run_without_a_provider_shows_audits_and_replays(
+    capsys: pytest.CaptureFixture[str], db: str, tmp_path: Path
+) -> None:
+    path = histories.write(tmp_path / "run.json", histories.agent_run())
+    conversation = imported(capsys, db, path)["items"][0]["conversation_id"]
+    [events] = stored(db).values()
+    assert {e.provider for e in events if isinstance(e, ResponseStarted)} == {"pydantic-ai"}
+    code, out, _ = run(capsys, db, "show", conversation)
+    assert code == 0 and "It is sunny." in out and "name the country too" in out
+    code, out, _ = run(capsys, db, "audit", conversation, "--json")
+    assert code == 0 and json.loads(out)
+    code, out, err = run(
+        capsys, db, "replay", conversation, "--to", "anthropic", "--model", "claude-sonnet-4-5"
+    )
+    assert code == 0, err
+    request = json.loads(out)
+    assert request["system"] and request["messages"][0]["content"][0]["text"] == (
+        "Weather in Paris?"
+    )

@@ -92,7 +92,7 @@ def source_id(messages: Sequence[wire.Message]) -> str:
     first = messages[0]
     if first.conversation_id:
         return first.conversation_id
-    return "sha256:" + _digest(first.parts and wire.parts(first))
+    return "sha256:" + _digest(wire.parts(first))
 
 
 def _text(content: Any) -> str:
@@ -366,14 +366,15 @@ def _usage(usage: wire.Usage | None) -> Usage | None:
 
 
 def _title(messages: Sequence[wire.Message]) -> str:
+    """The first line of the first user prompt's text (at most 80 characters)."""
     for message in messages:
-        if isinstance(message, wire.Request):
-            for part in wire.parts(message):
-                if isinstance(part, wire.UserPrompt):
-                    content = part.content if isinstance(part.content, str) else ""
-                    if not content:
-                        content = next((c for c in part.content if isinstance(c, str)), "")
-                    line = content.strip().split("\n", 1)[0]
+        if not isinstance(message, wire.Request):
+            continue
+        for part in wire.parts(message):
+            if isinstance(part, wire.UserPrompt):
+                content = [part.content] if isinstance(part.content, str) else part.content
+                for text in content:
+                    line = text.strip().split("\n", 1)[0] if isinstance(text, str) else ""
                     if line:
                         return line[:80]
     return ""
