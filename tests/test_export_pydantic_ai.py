@@ -26,11 +26,14 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from convstore.adapters import cli
-from convstore.domain import ResponseStarted
+from convstore.domain import AssistantText, ResponseStarted, UserMessage, parse_conversation_id
 from convstore.storage import open_store
 from tests import pydantic_ai_histories as histories
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+DERIVED = "pydantic-ai-"
+"""The prefix of a response id the import derived (the history gave none), which the
+export writes back as the response's id."""
 SIGNED_BY = {"anthropic", "openai"}
 """The providers whose signed reasoning the export carries."""
 
@@ -78,11 +81,12 @@ def carried(messages: list[ModelMessage]) -> list[tuple[Any, ...]]:
                     )
             continue
         usage = message.usage
+        given = message.provider_response_id
         out.append(
             (
                 "response",
                 message.model_name,
-                message.provider_response_id,
+                None if given and given.startswith(DERIVED) else given,
                 message.finish_reason,
                 usage.input_tokens,
                 usage.output_tokens,
@@ -215,3 +219,59 @@ def test_import_then_export_keeps_every_prompt_answer_call_and_return(
     db = f"sqlite:///{folder / 'convstore.db'}"
     _, exported = import_and_export(capsys, db, histories.write(folder / "h.json", history))
     assert carried(exported) == carried(history)
+
+
+def test_an_export_continued_by_an_agent_imports_back_into_its_conversation(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    db = f"sqlite:///{tmp_path / 'convstore.db'}"
+    path = histories.write(tmp_path / "h.json", histories.every_kind())
+    conversation, exported = import_and_export(capsys, db, path)
+    assert {m.conversation_id for m in exported} == {f"convstore:{conversation}"}
+    with open_store(db) as store:
+        before = list(store.service.events(parse_conversation_id(conversation)))
+
+    back = histories.write(tmp_path / "exported.json", exported)
+    code, out, err = run(capsys, db, "import", "pydantic-ai", back, "--json")
+    assert code == 0, err
+    again = json.loads(out)
+    assert (again["responses"], again["already_stored"]) == (0, 4)
+    assert again["items"][0]["conversation_id"] == conversation
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[TextPart("Take an umbrella as well.")])
+
+    result = Agent(FunctionModel(model)).run_sync("Anything else?", message_history=exported)
+    longer = histories.write(tmp_path / "longer.json", result.all_messages())
+    code, out, err = run(capsys, db, "import", "pydantic-ai", longer, "--json")
+    assert code == 0, err
+    grown = json.loads(out)
+    assert (grown["responses"], grown["already_stored"], grown["new_conversations"]) == (1, 4, 0)
+    with open_store(db) as store:
+        assert [s.id for s in store.service.list()] == [parse_conversation_id(conversation)]
+        after = list(store.service.events(parse_conversation_id(conversation)))
+    assert after[: len(before)] == before
+    added = [e for e in after[len(before) :] if isinstance(e, UserMessage | AssistantText)]
+    assert [getattr(e, "blocks", None) or getattr(e, "text", None) for e in added] == [
+        ("Anything else?",),
+        "Take an umbrella as well.",
+    ]
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "openai", "google", "openai-chat"])
+def test_an_ingested_conversation_exported_and_imported_back_records_nothing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, provider: str
+) -> None:
+    db = f"sqlite:///{tmp_path / 'convstore.db'}"
+    run(capsys, db, "ingest", "--provider", provider, EXAMPLES / provider)
+    out_dir = tmp_path / "out"
+    code, _, err = run(capsys, db, "export", "--all", "--format", "pydantic-ai", "-o", out_dir)
+    assert code == 0, err
+    with open_store(db) as store:
+        before = {s.id: s.events for s in store.service.list()}
+    code, out, err = run(capsys, db, "import", "pydantic-ai", out_dir, "--json")
+    data = json.loads(out)
+    assert code == 0, err
+    assert (data["responses"], data["new_conversations"], data["failed"]) == (0, 0, 0)
+    with open_store(db) as store:
+        assert {s.id: s.events for s in store.service.list()} == before

@@ -285,7 +285,8 @@ class _Export:
         from convstore.adapters.importing.pydantic_ai.export import history_json
         from convstore.domain import ConversationId
 
-        return history_json(self.session.reader.service.history(ConversationId(conversation.id)))
+        events = self.session.reader.service.history(ConversationId(conversation.id))
+        return history_json(conversation.id, events)
 
     def checked(self, conversation: PortableConversation) -> ChainStatus:
         """The conversation's chain status, a broken one named on stderr."""

@@ -1,14 +1,14 @@
 """Recording an importer's conversations, idempotent on the source's ids.
 
 A source conversation lands in the conversation whose id `conversation_id` derives from
-the format and its `source_id`; an exchange whose response that conversation holds
-already is passed over, so a second import records nothing and one after the source grew
-records only what is new. Each exchange is `ConversationService.ingest_exchange`: its
-history and its response's first batch in one transaction, the conversation started in
-the first. A conversation that fails part way keeps the exchanges before the failure and
-is reported; the next goes on. Messages an earlier import recorded after the last
-response (the source's `trailing`) are not recorded again when the source grew and they
-became the history of its next exchange.
+the format and its `source_id` (or the one it names as its `target`); an exchange whose
+response that conversation holds already is passed over, so a second import records
+nothing and one after the source grew records only what is new. Each exchange is
+`ConversationService.ingest_exchange`: its history and its response's first batch in one
+transaction, the conversation started in the first. A conversation that fails part way
+keeps the exchanges before the failure and is reported; the next goes on. Messages an
+earlier import recorded after the last response (the source's `trailing`) are not
+recorded again when the source grew and they became the history of its next exchange.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class ImportReport:
 
 def record(service: ConversationService, fmt: str, source: ImportedConversation) -> Imported:
     """Record one source conversation (see the module's docstring)."""
-    target = conversation_id(fmt, source.source_id)
+    target = source.target or conversation_id(fmt, source.source_id)
     done = Imported(source_id=source.source_id, losses=list(source.losses))
     try:
         events = list(service.events(target))

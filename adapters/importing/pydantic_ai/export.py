@@ -6,11 +6,14 @@ events between two responses make one `ModelRequest` (user text as `user-prompt`
 injected context as a tagged prompt, tool results as `tool-return` parts, `failed` for an
 error), every response one `ModelResponse` (text, thinking, tool calls, hosted activities
 as `builtin-tool-call` and `builtin-tool-return` parts; its model, provider, id, usage and
-finish reason). The first response's system prompt opens the first request. Reasoning
+finish reason). Every message names the conversation as its `conversation_id`
+(`convstore:ID`: an agent continuing the history keeps it, and the importer brings the
+longer history back to the same conversation) and each response keeps its stored id as
+`provider_response_id` (so that import finds the responses it holds). The first
+response's system prompt opens the first request. Reasoning
 keeps the signature pydantic-ai carries for its provider (`providers.signature_of`: the
 one reading of a payload here, for Anthropic's and OpenAI's signed reasoning); no other
-payload is read, and unknown artifacts are left out. A response id the importer derived
-(`pydantic-ai-…`) is not written as the provider's.
+payload is read, and unknown artifacts are left out.
 
 The JSON is written with msgspec (convstore does not import pydantic-ai) and is inert on
 a terminal (`render.inert_json`: lossless).
@@ -21,10 +24,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Final
+from uuid import UUID
 
 import msgspec
 
 from convstore.adapters.importing.pydantic_ai import wire
+from convstore.adapters.importing.pydantic_ai.history import OURS_PREFIX
 from convstore.adapters.importing.pydantic_ai.providers import THEIRS, signature_of
 from convstore.adapters.terminal.render import inert_json
 from convstore.adapters.wire.encoding import context_envelope
@@ -43,10 +48,7 @@ from convstore.domain.events import (
 )
 from convstore.domain.vocabulary import FinishReason, Usage
 
-__all__ = ["DERIVED", "history", "history_json"]
-
-DERIVED: Final = "pydantic-ai-"
-"""The prefix of response ids the importer derived (the history gave none)."""
+__all__ = ["history", "history_json"]
 
 FINISH: Final[dict[FinishReason, str]] = {
     "stop": "stop",
@@ -65,7 +67,9 @@ def _raw(part: wire.AnyPart) -> msgspec.Raw:
 
 
 class _Fold:
-    def __init__(self) -> None:
+    def __init__(self, conversation: str) -> None:
+        self.conversation = conversation
+        """The `conversation_id` of every message."""
         self.messages: list[wire.Message] = []
         self.request: list[msgspec.Raw] = []
         self.request_time: datetime | None = None
@@ -77,7 +81,11 @@ class _Fold:
 
     def flush(self) -> None:
         if self.request:
-            request = wire.Request(parts=self.request, timestamp=self.request_time)
+            request = wire.Request(
+                parts=self.request,
+                timestamp=self.request_time,
+                conversation_id=self.conversation,
+            )
             self.messages.append(request)
         self.request, self.request_time = [], None
 
@@ -117,13 +125,13 @@ class _Fold:
         self.system_written = self.system_written or bool(system)
         self.flush()
         self.provider = THEIRS.get(event.provider) if event.provider in THEIRS else None
-        given = event.response_id
         self.response = wire.Response(
             parts=[],
             model_name=event.model or None,
             timestamp=event.timestamp,
             provider_name=self.provider,
-            provider_response_id=None if given.startswith(DERIVED) else given,
+            provider_response_id=event.response_id,
+            conversation_id=self.conversation,
         )
 
     def _content(self, event: Event, response: wire.Response) -> None:
@@ -195,9 +203,10 @@ def _usage(usage: Usage) -> wire.Usage:
     )
 
 
-def history(events: Iterable[Event]) -> list[wire.Message]:
-    """The conversation's events as pydantic-ai's messages, oldest first."""
-    fold = _Fold()
+def history(conversation: UUID, events: Iterable[Event]) -> list[wire.Message]:
+    """The events of `conversation` (`ConversationService.history`) as pydantic-ai's
+    messages, oldest first."""
+    fold = _Fold(f"{OURS_PREFIX}{conversation}")
     for event in reading(list(events)):
         fold.add(event)
     if fold.response is not None:  # still open: what arrived, as an interrupted response
@@ -207,6 +216,6 @@ def history(events: Iterable[Event]) -> list[wire.Message]:
     return fold.messages
 
 
-def history_json(events: Iterable[Event]) -> str:
+def history_json(conversation: UUID, events: Iterable[Event]) -> str:
     """`history` as one inert JSON document (no newline)."""
-    return inert_json(_ENCODER.encode(history(events)).decode())
+    return inert_json(_ENCODER.encode(history(conversation, events)).decode())

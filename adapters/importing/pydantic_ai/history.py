@@ -7,7 +7,10 @@ conversation and records only what is new:
 
 - the conversation's source id is the first message's `conversation_id` (pydantic-ai's
   agents set one), else `sha256:` and a digest of the first message's parts (their
-  kinds, contents and times);
+  kinds, contents and times); a `conversation_id` of `convstore:ID` (a history
+  `convstore export` wrote, which agents keep on the messages they add) names the
+  conversation ID itself, so a history exported, continued and imported lands back in
+  the conversation it came from;
 - a response's id is its `provider_response_id`, else (or when the history repeats one)
   `pydantic-ai-` and a digest of the source id and the response (its time, model and
   parts).
@@ -23,6 +26,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from typing import Any, Final
+from uuid import UUID
 
 import msgspec
 
@@ -45,6 +49,7 @@ from convstore.domain.events import (
 from convstore.domain.vocabulary import (
     ActivityId,
     CallId,
+    ConversationId,
     EndState,
     FinishReason,
     Lifecycle,
@@ -54,7 +59,7 @@ from convstore.domain.vocabulary import (
     Usage,
 )
 
-__all__ = ["FORMAT", "read_history", "source_id"]
+__all__ = ["FORMAT", "OURS_PREFIX", "read_history", "source_id", "target"]
 
 FORMAT: Final = "pydantic-ai"
 UNNAMED: Final = "pydantic-ai"
@@ -77,6 +82,9 @@ END_STATE: Final[dict[str, EndState]] = {
 }
 """A response's `state` → how it ended (another: `abandoned`)."""
 
+OURS_PREFIX: Final = "convstore:"
+"""The `conversation_id` of a history convstore exported: this prefix, then its id."""
+
 RETRY_SOURCE: Final = "retry"
 """The `ContextInjected.source` of retry feedback that answers no tool call."""
 
@@ -93,6 +101,16 @@ def source_id(messages: Sequence[wire.Message]) -> str:
     if first.conversation_id:
         return first.conversation_id
     return "sha256:" + _digest(wire.parts(first))
+
+
+def target(source: str) -> ConversationId | None:
+    """The conversation a source id of the form `convstore:ID` names, else None."""
+    if not source.startswith(OURS_PREFIX):
+        return None
+    try:
+        return ConversationId(UUID(source.removeprefix(OURS_PREFIX)))
+    except ValueError:
+        return None
 
 
 def _text(content: Any) -> str:
@@ -409,4 +427,5 @@ def read_history(messages: Sequence[wire.Message]) -> ImportedConversation:
         exchanges=tuple(exchanges),
         trailing=tuple(pending),
         losses=tuple(reader.losses),
+        target=target(source),
     )
