@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
 from pydantic_ai.models.test import TestModel
 
 from convstore.adapters import cli
+from convstore.adapters.importing.pydantic_ai.importer import PydanticAIImporter
 from convstore.adapters.importing.record import conversation_id
+from convstore.adapters.importing.source import ImportedConversation
 from convstore.domain import (
     AssistantText,
     ContextInjected,
@@ -26,6 +31,7 @@ from convstore.domain import (
     ToolCallResponded,
     UserMessage,
 )
+from convstore.domain.errors import ConvstoreError
 from convstore.storage import open_store
 from tests import pydantic_ai_histories as histories
 
@@ -375,3 +381,78 @@ def test_an_agent_run_without_a_provider_shows_audits_and_replays(
     assert request["system"] and request["messages"][0]["content"][0]["text"] == (
         "Weather in Paris?"
     )
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+part_kinds = st.sampled_from(
+    [
+        "user-prompt",
+        "system-prompt",
+        "tool-return",
+        "retry-prompt",
+        "retry-feedback",
+        "text",
+        "thinking",
+        "tool-call",
+        "builtin-tool-call",
+        "builtin-tool-return",
+        "file",
+        None,
+    ]
+)
+parts = st.builds(
+    lambda kind, fields: {**fields, "part_kind": kind} if kind else fields,
+    part_kinds,
+    st.dictionaries(
+        st.sampled_from(
+            [
+                "content",
+                "tool_name",
+                "tool_call_id",
+                "args",
+                "signature",
+                "provider_name",
+                "id",
+                "outcome",
+            ]
+        ),
+        json_values,
+        max_size=5,
+    ),
+)
+messages = st.builds(
+    lambda kind, body, fields: {"kind": kind, "parts": body, **fields},
+    st.sampled_from(["request", "response"]),
+    st.lists(parts, max_size=4),
+    st.dictionaries(
+        st.sampled_from(["conversation_id", "provider_name", "model_name", "finish_reason"]),
+        json_values,
+        max_size=2,
+    ),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(document=st.lists(messages, max_size=5) | json_values)
+def test_any_json_is_imported_or_refused_with_a_typed_error(document: Any) -> None:
+    """The reader never fails but with a ConvstoreError before the first write: whatever
+    `plan` accepts, `read` turns into drafts."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "h.json"
+        path.write_bytes(json.dumps(document).encode())
+        reader = PydanticAIImporter()
+        try:
+            assert reader.plan(path) == 1
+        except ConvstoreError:
+            return
+        [conversation] = list(reader.read(path))
+        assert isinstance(conversation, ImportedConversation)
+        for exchange in conversation.exchanges:
+            assert isinstance(exchange.response[0], ResponseStarted)
+            assert isinstance(exchange.response[-1], ResponseEnded)
