@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from convstore.adapters.importing.source import Importer
 from convstore.domain.errors import ConfigurationError
+
+if TYPE_CHECKING:  # `--help` lists the formats without loading a reader
+    from convstore.adapters.importing.source import Importer
 
 __all__ = ["FORMATS", "importer"]
 
