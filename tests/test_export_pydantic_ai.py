@@ -131,6 +131,24 @@ def test_every_part_kind_round_trips_through_the_type_adapter(
     assert ModelMessagesTypeAdapter.dump_json(exported)  # pydantic-ai writes it again
 
 
+def test_a_provider_none_of_ours_keeps_its_name(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    db = f"sqlite:///{tmp_path / 'convstore.db'}"
+    messages: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart(content="Hi")]),
+        ModelResponse(parts=[TextPart("Hello!")], provider_name="groq", model_name="llama-3.3"),
+    ]
+    _, exported = import_and_export(capsys, db, histories.write(tmp_path / "h.json", messages))
+    [_, response] = exported
+    assert isinstance(response, ModelResponse)
+    assert (response.provider_name, response.model_name) == ("groq", "llama-3.3")
+    _, unnamed = import_and_export(
+        capsys, db, histories.write(tmp_path / "run.json", histories.agent_run())
+    )
+    assert {m.provider_name for m in unnamed if isinstance(m, ModelResponse)} == {None}
+
+
 def test_an_agent_continues_from_the_export(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

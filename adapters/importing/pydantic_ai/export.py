@@ -29,7 +29,7 @@ from uuid import UUID
 import msgspec
 
 from convstore.adapters.importing.pydantic_ai import wire
-from convstore.adapters.importing.pydantic_ai.history import OURS_PREFIX
+from convstore.adapters.importing.pydantic_ai.history import OURS_PREFIX, UNNAMED
 from convstore.adapters.importing.pydantic_ai.providers import THEIRS, signature_of
 from convstore.adapters.terminal.render import inert_json
 from convstore.adapters.wire.encoding import context_envelope
@@ -124,7 +124,8 @@ class _Fold:
             self.request_time = first
         self.system_written = self.system_written or bool(system)
         self.flush()
-        self.provider = THEIRS.get(event.provider) if event.provider in THEIRS else None
+        named = event.provider
+        self.provider = None if named == UNNAMED else THEIRS.get(named, named)
         self.response = wire.Response(
             parts=[],
             model_name=event.model or None,

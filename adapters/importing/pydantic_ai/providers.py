@@ -35,7 +35,7 @@ THEIRS: Final[Mapping[Provider, str]] = {
     "google": "google-gla",
     "openai-chat": "openai",
 }
-"""Our provider name → pydantic-ai's, for the export."""
+"""Our provider name → pydantic-ai's, for the export (another name is written as it is)."""
 
 REDACTED: Final = "redacted_thinking"
 """The `id` pydantic-ai gives a ThinkingPart holding Anthropic's redacted thinking."""
