@@ -8,6 +8,8 @@
   `version` it comes from, then the fields of that kind: a `conversation` line first, a
   `turn` line before each turn's items, and one line per item (`RECORD_DECODER` reads
   any line; the envelope's extra keys are ignored there).
+- **pydantic-ai**: the conversation as a pydantic-ai message history, built from its
+  events by `adapters.importing.pydantic_ai.export`, which `render` is given as `native`.
 - **Markdown**: the presentation model (`presentation.present`, with the chain status when
   given) rendered by `markdown`: clean CommonMark, escaped only where markup would form.
 
@@ -48,9 +50,14 @@ from convstore.projections.portable import (
 )
 from convstore.projections.presentation import present
 
-Format: TypeAlias = Literal["json", "jsonl", "md"]
-FORMATS: Final[tuple[Format, ...]] = ("json", "jsonl", "md")
-"""Every export format; each is also its files' extension."""
+Format: TypeAlias = Literal["json", "jsonl", "md", "pydantic-ai"]
+FORMATS: Final[tuple[Format, ...]] = ("json", "jsonl", "md", "pydantic-ai")
+"""Every export format; each is also its files' extension, but for `EXTENSIONS`."""
+EXTENSIONS: Final[dict[str, str]] = {"pydantic-ai": "pydantic-ai.json"}
+
+Native: TypeAlias = Callable[[PortableConversation], str]
+"""A conversation as one document (no newline) of a format an adapter builds from its
+stored events rather than from the portable reading (`pydantic-ai`)."""
 
 # --- JSON and JSONL -------------------------------------------------------------------------
 
@@ -143,11 +150,19 @@ def jsonl_records(conversation: PortableConversation) -> Iterator[str]:
 
 
 def render(
-    conversation: PortableConversation, format: Format, chain: ChainStatus | None = None
+    conversation: PortableConversation,
+    format: Format,
+    chain: ChainStatus | None = None,
+    native: Native | None = None,
 ) -> Iterator[str]:
     """The conversation in `format`, as inert text chunks, each ending in a newline; the
-    Markdown transcript opens with `chain`, the status of its stored chain, when given."""
-    if format == "json":
+    Markdown transcript opens with `chain`, the status of its stored chain, when given;
+    `pydantic-ai` is what `native` writes (required for it)."""
+    if format == "pydantic-ai":
+        if native is None:
+            raise TypeError("the pydantic-ai export is built by its adapter: pass native")
+        yield native(conversation) + "\n"
+    elif format == "json":
         yield json_document(conversation) + "\n"
     elif format == "jsonl":
         for record in jsonl_records(conversation):
@@ -200,7 +215,7 @@ def file_name(conversation: Exportable, extension: str) -> str:
     stem = f"{stem}-{conversation.id}" if stem else str(conversation.id)
     if stem.split(".")[0] in _RESERVED:  # unreachable with the id appended; kept as a guard
         stem = f"_{stem}"
-    return f"{stem}.{extension}"
+    return f"{stem}.{EXTENSIONS.get(extension, extension)}"
 
 
 def write_one(
@@ -208,12 +223,13 @@ def write_one(
     conversation: PortableConversation,
     format: Format,
     chain: ChainStatus | None = None,
+    native: Native | None = None,
 ) -> Path:
     """Write one conversation to the file `path`, or into `path` when it is a folder.
 
     A link at `path` is refused, never followed (`files.write_file`).
     """
-    return write_document(path, conversation, format, render(conversation, format, chain))
+    return write_document(path, conversation, format, render(conversation, format, chain, native))
 
 
 def write_document(path: Path, document: Exportable, extension: str, chunks: Iterable[str]) -> Path:
@@ -229,15 +245,16 @@ def write_all(
     *,
     progress: Callable[[int], None] | None = None,
     chain: Callable[[PortableConversation], ChainStatus | None] | None = None,
+    native: Native | None = None,
 ) -> list[Path]:
     """Write each conversation to its own file in the folder `path` (created if missing;
     a link there is refused); `progress` gets the count after each file, `chain` gives
-    each conversation's chain status (see `render`)."""
+    each conversation's chain status, `native` writes the adapters' formats (see `render`)."""
     return write_documents(
         conversations,
         path,
         format,
-        lambda conversation, status: render(conversation, format, status),
+        lambda conversation, status: render(conversation, format, status, native),
         progress=progress,
         chain=chain,
     )

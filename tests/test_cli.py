@@ -549,6 +549,6 @@ def test_shell_completion_completes_commands_options_and_choices(shell: str) -> 
         "ingest",
         "--provider",
         "anthropic openai google openai-chat",
-        "json jsonl md otel",
+        "json jsonl md otel pydantic-ai",
         "",  # a file name: left to the shell's default completion
     ]

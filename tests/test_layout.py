@@ -30,6 +30,13 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "adapters": (),
     "adapters.wire": WIRE,
     "adapters.config": ("domain", "adapters.config"),
+    # An importer reads a provider's native JSON it finds with that provider's adapter.
+    "adapters.importing": (
+        *WIRE,
+        *(f"adapters.{p}" for p in PROVIDERS),
+        "adapters.importing",
+        "adapters.terminal.render",
+    ),
     "adapters.http": ("domain", "adapters.http"),
     "adapters.recording": (*PROVIDER_RULE, "adapters.recording"),
     "adapters.terminal": ("domain", "projections", "adapters.terminal"),

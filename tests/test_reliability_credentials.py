@@ -170,7 +170,7 @@ def _readings(run: Run, provider: str, conversations: list[str], exported: Path)
             printed.append(run(argv[0], conversation, *argv[1:]))
     printed.append(run("list", "--json"))
     printed += [run("search", query, codes=(0, 1)) for query in ("mcp*", "scrubbed")]
-    for format in ("json", "jsonl", "md"):
+    for format in ("json", "jsonl", "md", "pydantic-ai"):
         printed.append(run("export", "--all", "--format", format, "-o", str(exported / format)))
     printed += [p.read_text() for p in sorted(exported.rglob("*")) if p.is_file()]
     return ["".join(replays), *printed]

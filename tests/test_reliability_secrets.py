@@ -229,7 +229,7 @@ def test_no_key_in_the_store_exports_logs_or_errors(
             assert code == 0, out
             printed.append(out)
         exported = tmp_path / "exports"
-        for format in ("json", "jsonl", "md"):
+        for format in ("json", "jsonl", "md", "pydantic-ai"):
             code, out = _run(
                 capsys,
                 "--db",

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from convstore.domain import ConversationId, ConversationSummary
     from convstore.projections.chain import ChainStatus
     from convstore.projections.export import Exportable
+    from convstore.projections.portable import PortableConversation
 
 
 LIST_HEADER = f"{'ID':<8}  {'STARTED':<23}  {'PROVIDER/MODEL':<28}  {'TURNS':>5}  TITLE"
@@ -190,8 +191,9 @@ def _export_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--format",
         required=True,
-        choices=("json", "jsonl", "md", "otel"),
-        help="the export format (otel: OpenTelemetry spans as OTLP JSON; the `otel` extra)",
+        choices=("json", "jsonl", "md", "otel", "pydantic-ai"),
+        help="the export format (otel: OpenTelemetry spans as OTLP JSON, the `otel` extra;"
+        " pydantic-ai: a message history an agent continues from)",
     )
     where = parser.add_mutually_exclusive_group()
     where.add_argument(
@@ -218,7 +220,11 @@ def _export_arguments(parser: argparse.ArgumentParser) -> None:
     json_flag(parser)
 
 
-@command("export", "export conversations as JSON, JSONL, Markdown or OTel spans", _export_arguments)
+@command(
+    "export",
+    "export conversations as JSON, JSONL, Markdown, OTel spans or pydantic-ai histories",
+    _export_arguments,
+)
 def export_command(args: argparse.Namespace, session: Session) -> int:
     """Without `-o`, the export itself on stdout (inert); with it, files written only inside
     the chosen folder (one per conversation for --all), and `--json` prints a summary
@@ -337,9 +343,17 @@ def _kind(args: argparse.Namespace, session: Session) -> _Kind:
         def load(conversation_id: ConversationId) -> Exportable:
             return portable.load(service, conversation_id, read_payload)
 
+        def native(conversation: PortableConversation) -> str:
+            """A format its adapter builds from the stored events (pydantic-ai)."""
+            from convstore.adapters.importing.pydantic_ai.export import history_json
+            from convstore.domain import ConversationId
+
+            events = service.history(ConversationId(conversation.id))
+            return history_json(conversation.id, events)
+
         return _Kind(
             load=load,
-            render=lambda document, status: export.render(document, format, status),
+            render=lambda document, status: export.render(document, format, status, native),
             extension=format,
             separator={"md": export.MD_SEPARATOR, "json": ","}.get(format, ""),
             array=format == "json",

@@ -3,23 +3,31 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from convstore.adapters.importing.source import Importer
 from convstore.domain.errors import ConfigurationError
+
+if TYPE_CHECKING:  # `--help` lists the formats without loading a reader
+    from convstore.adapters.importing.source import Importer
 
 __all__ = ["FORMATS", "importer"]
 
 
 def _importers() -> dict[str, Callable[[], Importer]]:
     """Each format's importer, built on use (a format's reader loads only when asked)."""
+    return {"openai-conversation": _openai_conversation, "pydantic-ai": _pydantic_ai}
 
-    def openai_conversation() -> Importer:
-        from convstore.adapters.importing.openai_conversation import ConversationItemsImporter
 
-        return ConversationItemsImporter()
+def _openai_conversation() -> Importer:
+    from convstore.adapters.importing.openai_conversation import ConversationItemsImporter
 
-    return {"openai-conversation": openai_conversation}
+    return ConversationItemsImporter()
+
+
+def _pydantic_ai() -> Importer:
+    from convstore.adapters.importing.pydantic_ai.importer import PydanticAIImporter
+
+    return PydanticAIImporter()
 
 
 FORMATS: Final[tuple[str, ...]] = tuple(sorted(_importers()))

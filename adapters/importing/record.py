@@ -1,27 +1,39 @@
 """Recording an importer's conversations, idempotent on the source's ids.
 
 A source conversation lands in the conversation whose id `conversation_id` derives from
-the format and its `source_id`; an exchange whose response that conversation holds
-already is passed over, so a second import records nothing and one after the source grew
-records only what is new. Each exchange is `ConversationService.ingest_exchange`: its
-history and its response's first batch in one transaction, the conversation started in
-the first. A conversation that fails part way keeps the exchanges before the failure and
-is reported; the next goes on.
+the format and its `source_id` (or the one it names as its `target`); an exchange whose
+response that conversation holds already is passed over, so a second import records
+nothing and one after the source grew records only what is new. Each exchange is
+`ConversationService.ingest_exchange`: its history and its response's first batch in one
+transaction, the conversation started in the first. A conversation that fails part way
+keeps the exchanges before the failure and is reported; the next goes on. Messages an
+earlier import recorded after the last response (the source's `trailing`) are not
+recorded again when the source grew and they became the history of its next exchange.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 from uuid import UUID, uuid5
 
 import msgspec
 
-from convstore.adapters.importing.source import ImportedConversation, Unreadable
+from convstore.adapters.importing.source import ImportedConversation, Message, Unreadable
 from convstore.adapters.wire.providers import Loss
 from convstore.domain.errors import ConversationNotFound, ConvstoreError
-from convstore.domain.events import ResponseStarted
+from convstore.domain.events import (
+    EPOCH,
+    NIL,
+    ContextInjected,
+    Event,
+    ResponseEnded,
+    ResponseStarted,
+    ToolCallResponded,
+    UnknownArtifact,
+    UserMessage,
+)
 from convstore.domain.service import ConversationService
 from convstore.domain.vocabulary import ConversationId
 
@@ -82,7 +94,7 @@ class ImportReport:
 
 def record(service: ConversationService, fmt: str, source: ImportedConversation) -> Imported:
     """Record one source conversation (see the module's docstring)."""
-    target = conversation_id(fmt, source.source_id)
+    target = source.target or conversation_id(fmt, source.source_id)
     done = Imported(source_id=source.source_id, losses=list(source.losses))
     try:
         events = list(service.events(target))
@@ -95,6 +107,7 @@ def record(service: ConversationService, fmt: str, source: ImportedConversation)
         done.conversation_id = current
     done.started = not events
     recorded_last = not events
+    trailed = _trailed(events)
     try:
         for exchange in source.exchanges:
             head = exchange.response[0] if exchange.response else None
@@ -107,9 +120,10 @@ def record(service: ConversationService, fmt: str, source: ImportedConversation)
                 done.already_stored += 1
                 recorded_last = False
                 continue
+            history, trailed = _unrecorded(exchange.history, trailed), []
             current, outcome = service.ingest_exchange(
                 current,
-                exchange.history,
+                history,
                 exchange.response,
                 at_version=version,
                 title=source.title,
@@ -130,6 +144,36 @@ def record(service: ConversationService, fmt: str, source: ImportedConversation)
         done.error, done.error_type = str(error), type(error).__name__
     done.started = done.started and done.conversation_id is not None
     return done
+
+
+_USER_SIDE = (UserMessage, ContextInjected, ToolCallResponded, UnknownArtifact)
+
+
+def _content(event: Event) -> object:
+    """An event's content, without the envelope its recording stamped."""
+    bare = msgspec.structs.replace(
+        event, originator_id=NIL, originator_version=0, timestamp=EPOCH, prev_hash="", hash=""
+    )
+    return (type(event).__name__, msgspec.json.encode(bare))
+
+
+def _trailed(events: list[Event]) -> list[object]:
+    """The user-side events after the conversation's last response (what an earlier
+    import recorded as the source's trailing messages), as contents."""
+    last = max((i for i, e in enumerate(events) if isinstance(e, ResponseEnded)), default=-1)
+    return [_content(e) for e in events[last + 1 :] if isinstance(e, _USER_SIDE)]
+
+
+def _unrecorded(history: Sequence[Message], trailed: list[object]) -> Sequence[Message]:
+    """`history` without its leading user messages that `trailed` holds already."""
+    held = 0
+    for role, drafts in history:
+        contents = [_content(d) for d in drafts]
+        if role != "user" or contents != trailed[: len(contents)]:
+            break
+        trailed = trailed[len(contents) :]
+        held += 1
+    return history[held:]
 
 
 def _trailing(

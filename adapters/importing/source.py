@@ -20,6 +20,7 @@ from typing import Protocol
 
 from convstore.adapters.wire.providers import Loss
 from convstore.domain.events import Event
+from convstore.domain.vocabulary import ConversationId
 
 __all__ = ["ImportedConversation", "ImportedExchange", "Importer", "Unreadable"]
 
@@ -52,6 +53,9 @@ class ImportedConversation:
     """Messages after the last response (a question the source holds no answer to)."""
     losses: Sequence[Loss] = field(default_factory=tuple)
     """What the source holds that the drafts do not carry, and why."""
+    target: ConversationId | None = None
+    """The conversation the source names as the one it continues (a history convstore
+    exported and another tool went on with); None: the one `source_id` derives."""
 
 
 @dataclass(frozen=True)
