@@ -13,7 +13,13 @@ __all__ = ["FORMATS", "importer"]
 
 def _importers() -> dict[str, Callable[[], Importer]]:
     """Each format's importer, built on use (a format's reader loads only when asked)."""
-    return {}
+    return {"llm": _llm}
+
+
+def _llm() -> Importer:
+    from convstore.adapters.importing.llm.importer import LlmImporter
+
+    return LlmImporter()
 
 
 FORMATS: Final[tuple[str, ...]] = tuple(sorted(_importers()))
