@@ -7,7 +7,7 @@ model plugin registered here.
 the streamed answer calling it twice, the results sent back by `llm`'s own tool loop, a
 non-streamed answer; then a non-streamed follow-up answered with citations) and one
 `echo` conversation (a system prompt, a fragment, an attachment).
-`add_echo_reply(path, thread)` logs one more response into an echo thread.
+`log_reply(path, conversation, text)` logs one more response of a conversation.
 """
 
 from __future__ import annotations
@@ -87,8 +87,8 @@ def _reply(name: str) -> Reply:
     )
 
 
-def write_logs(path: Path, server: ReplayServer) -> dict[str, str]:
-    """Log the two conversations into `path`; their thread ids by model."""
+def write_logs(path: Path, server: ReplayServer) -> dict[str, llm.Conversation]:
+    """Log the two conversations into `path`; the conversations by model."""
     server.enqueue(
         _reply("tool_call_stream/1.response.sse"),
         _reply("tool_call_stream/2.response.json"),
@@ -116,13 +116,13 @@ def write_logs(path: Path, server: ReplayServer) -> dict[str, str]:
     said.text()
     said.log_to_db(db)
     db.close()
-    return {"local-chat": chat.id, "echo": echo.id}
+    return {"local-chat": chat, "echo": echo}
 
 
-def add_echo_reply(path: Path, text: str) -> None:
-    """One more echo response, in a thread of its own."""
+def log_reply(path: Path, conversation: llm.Conversation, text: str) -> None:
+    """One more response of `conversation`, logged into `path`."""
     db = sqlite_utils.Database(path)
-    response = llm.get_model("echo").prompt(text)
+    response = conversation.prompt(text)
     response.text()
     response.log_to_db(db)
     db.close()
