@@ -32,7 +32,7 @@ from convstore.domain import (
     UserMessage,
 )
 from convstore.storage import open_store
-from tests.llm_logs import log_reply, llm_models, write_logs
+from tests.llm_logs import llm_models, log_reply, write_logs
 from tests.replay_server import ReplayServer
 
 OLD = Path(__file__).parent / "fixtures" / "llm_old" / "logs.db"
