@@ -15,7 +15,11 @@ __all__ = ["FORMATS", "importer"]
 
 def _importers() -> dict[str, Callable[[], Importer]]:
     """Each format's importer, built on use (a format's reader loads only when asked)."""
-    return {"openai-conversation": _openai_conversation, "pydantic-ai": _pydantic_ai}
+    return {
+        "llm": _llm,
+        "openai-conversation": _openai_conversation,
+        "pydantic-ai": _pydantic_ai,
+    }
 
 
 def _openai_conversation() -> Importer:
@@ -28,6 +32,12 @@ def _pydantic_ai() -> Importer:
     from convstore.adapters.importing.pydantic_ai.importer import PydanticAIImporter
 
     return PydanticAIImporter()
+
+
+def _llm() -> Importer:
+    from convstore.adapters.importing.llm.importer import LlmImporter
+
+    return LlmImporter()
 
 
 FORMATS: Final[tuple[str, ...]] = tuple(sorted(_importers()))
