@@ -22,7 +22,18 @@ from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
 
-from benchmarks import decoding, live, mapper, peers, postgres, proxy, search, startup, storage
+from benchmarks import (
+    decoding,
+    importing,
+    live,
+    mapper,
+    peers,
+    postgres,
+    proxy,
+    search,
+    startup,
+    storage,
+)
 from benchmarks.common import Figure, Sizes, render_table
 
 FAMILIES: dict[str, Callable[[Sizes, Path], list[Figure]]] = {
@@ -37,6 +48,7 @@ FAMILIES: dict[str, Callable[[Sizes, Path], list[Figure]]] = {
     "proxy": proxy.proxy_figures,
     "startup": startup.startup_figures,
     "peers": peers.peers_figures,
+    "import": importing.importing_figures,
 }
 
 

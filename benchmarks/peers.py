@@ -146,7 +146,7 @@ def _part(event: Event, block: dict[str, Any]) -> Any:
 _IDS = re.compile(rb'"((?:msg|srvtoolu|toolu)_[A-Za-z0-9]+)"')
 
 
-def _copies(body: bytes, count_: int) -> Iterator[bytes]:
+def copies(body: bytes, count_: int) -> Iterator[bytes]:
     """Copies of an Anthropic body, each with response and activity ids of its own: a
     conversation holds a response, a hosted activity and a tool call once."""
     originals = sorted(set(_IDS.findall(body)))
@@ -170,7 +170,7 @@ def recorded(count_: int) -> Iterator[Recorded]:
         for block in d.blocks
         if isinstance(block, str)
     )
-    for body in _copies((CAPTURE / "1.response.sse").read_bytes(), count_):
+    for body in copies((CAPTURE / "1.response.sse").read_bytes(), count_):
         drafts = list(anthropic.decode_stream(iter([body])))
         started = next(d for d in drafts if isinstance(d, ResponseStarted))
         ended = next(d for d in drafts if isinstance(d, ResponseEnded))
