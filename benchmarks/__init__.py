@@ -13,4 +13,6 @@ measured here, never asserted by tests.
 - `reference`: plain eventsourcing's replay, for reference
 - `peers`: the `llm` package and a LangGraph app on `SqliteSaver`, fed the same recorded
   responses (`--only peers`, or `make bench-peers`)
+- `importing`: `convstore import llm` of an `llm` logs.db against batch ingest of the same
+  responses' captures (`--only import`)
 """
