@@ -18,7 +18,13 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
-from convstore.adapters.importing.llm.logs import LlmMessage, LlmThread, LlmTurn, tool_declaration
+from convstore.adapters.importing.llm.logs import (
+    LlmMessage,
+    LlmThread,
+    LlmTurn,
+    attachment,
+    tool_declaration,
+)
 from convstore.domain.vocabulary import ToolDeclaration
 
 __all__ = ["count_conversations", "read_conversations"]
@@ -43,14 +49,6 @@ def _grouped(
     if needed in tables:
         for row in connection.execute(sql):
             found[row["response_id"]].append(row)
-    return found
-
-
-def _attachment(row: sqlite3.Row) -> dict[str, Any]:
-    meta = {"id": row["id"], "type": row["type"], "url": row["url"], "path": row["path"]}
-    found = {k: v for k, v in meta.items() if v}
-    if row["size"]:
-        found["size"] = row["size"]
     return found
 
 
@@ -123,7 +121,7 @@ def read_conversations(connection: sqlite3.Connection) -> Iterator[LlmThread]:
             )
         prompt = "\n".join(fragment_texts + ([row["prompt"]] if row["prompt"] else []))
         user: list[dict[str, Any]] = [{"type": "text", "text": prompt}] if prompt else []
-        user += [{"type": "attachment", "attachment": _attachment(a)} for a in attached[row["id"]]]
+        user += [{"type": "attachment", "attachment": attachment(a)} for a in attached[row["id"]]]
         if user:
             inputs.append(LlmMessage(role="user", parts=tuple(user), key=f"{row['id']}:user"))
         output: list[dict[str, Any]] = []

@@ -17,7 +17,16 @@ from typing import Any, Final
 from convstore.domain.errors import ConfigurationError, DecodeError
 from convstore.domain.vocabulary import ToolDeclaration
 
-__all__ = ["CURRENT", "LEGACY", "LlmMessage", "LlmThread", "LlmTurn", "layouts", "reading"]
+__all__ = [
+    "CURRENT",
+    "LEGACY",
+    "LlmMessage",
+    "LlmThread",
+    "LlmTurn",
+    "attachment",
+    "layouts",
+    "reading",
+]
 
 CURRENT: Final = "threads"
 """The current layout (llm 0.32 on): `threads`, `turns`, `messages`, `parts`."""
@@ -108,6 +117,16 @@ def layouts(connection: sqlite3.Connection, path: Path) -> tuple[str, ...]:
             f"{path}: not an llm logs.db (it has neither llm's threads/turns/messages/parts "
             "tables nor its older responses table)"
         )
+    return found
+
+
+def attachment(row: sqlite3.Row) -> dict[str, Any]:
+    """An attachment row's metadata (id, type, url, path, size: those it has), never its
+    bytes."""
+    meta = {"id": row["id"], "type": row["type"], "url": row["url"], "path": row["path"]}
+    found = {k: v for k, v in meta.items() if v}
+    if row["size"]:
+        found["size"] = row["size"]
     return found
 
 

@@ -20,7 +20,13 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
-from convstore.adapters.importing.llm.logs import LlmMessage, LlmThread, LlmTurn, tool_declaration
+from convstore.adapters.importing.llm.logs import (
+    LlmMessage,
+    LlmThread,
+    LlmTurn,
+    attachment,
+    tool_declaration,
+)
 from convstore.domain.vocabulary import ToolDeclaration
 
 __all__ = ["count_threads", "read_threads"]
@@ -49,7 +55,7 @@ class _Tree:
             )
         }
         attachments = {
-            row["id"]: _attachment(row)
+            row["id"]: attachment(row)
             for row in connection.execute(
                 "select id, type, path, url, length(content) as size from attachments"
             )
@@ -109,14 +115,6 @@ class _Tree:
         for key in walked:
             self._system[key] = found
         return found
-
-
-def _attachment(row: sqlite3.Row) -> dict[str, Any]:
-    meta = {"id": row["id"], "type": row["type"], "url": row["url"], "path": row["path"]}
-    found = {k: v for k, v in meta.items() if v}
-    if row["size"]:
-        found["size"] = row["size"]
-    return found
 
 
 def read_threads(connection: sqlite3.Connection) -> Iterator[LlmThread]:
