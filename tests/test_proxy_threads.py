@@ -4,8 +4,8 @@ The example captures' real request sequences (each request the previous one's me
 its response and the next question) thread into one conversation, through the proxy and
 the transport; so does a three-turn exchange each SDK makes (the third turn built from
 what the SDK returned). OpenAI's `previous_response_id` continues the response it names;
-the pin header (`X-Convstore-Conversation`) pins a conversation the index never saw (one
-`ingest` recorded) and is not forwarded; a request that edits history is recorded as a
+the pin header (`X-Convstore-Conversation`) pins a conversation (one `ingest` recorded)
+and is not forwarded; a request that edits history is recorded as a
 fork of the conversation where it leaves it; two conversations sharing a prefix tie-break
 on the opaque values, then on the most recent; and the index's digests are keyed by the
 store: the same content digests differently in two stores.
@@ -236,9 +236,7 @@ def test_previous_response_id_continues_the_response_it_names(store: Store) -> N
     assert len(_responses(events)) == 2
 
 
-def test_the_pin_header_continues_a_conversation_the_index_never_saw(
-    store: Store, tmp_path: Path
-) -> None:
+def test_the_pin_header_continues_an_ingested_conversation(store: Store, tmp_path: Path) -> None:
     first, second = _sequence("anthropic", "thinking_tool_roundtrip")
     body = tmp_path / "first.sse"
     body.write_bytes(first.body)

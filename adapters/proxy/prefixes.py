@@ -146,6 +146,7 @@ class PrefixIndex:
 
     def catch_up(self) -> int:
         """Fold the events recorded since the last call into the index; how many."""
+        self._hmac_key()  # made, if need be, before the index's transaction begins
         with self._lock:  # one catch-up at a time here (others', elsewhere, conflict)
             return self._follower.catch_up().events
 
