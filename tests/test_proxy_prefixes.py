@@ -11,6 +11,8 @@ which conversations it holds, and that it is the same however it was built.
   to another provider start a conversation of their own.
 - Built batch by batch as requests arrive (continuing, forking, starting anew) or rebuilt
   from the log in one batch, the index holds the same rows (hypothesis).
+
+Each runs on both backends but the last (SQLite: it reads the index's tables itself).
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import json
 import sqlite3
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,12 +48,6 @@ from tests.test_proxy_threads import _completed, _sequence
 
 KEY = "sk-ant-prefixes-test-key"
 MODEL = "claude-sonnet-4-5"
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    with open_store(f"sqlite:///{tmp_path / 'store.db'}") as opened:
-        yield opened
 
 
 def _message(n: int, text: str) -> Reply:
@@ -167,10 +162,10 @@ def test_a_conversation_ingest_recorded_is_continued_without_a_pin(
 
 
 def test_a_conversation_ask_recorded_is_continued_through_the_proxy(
-    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store: Store, store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
-    url = f"sqlite:///{tmp_path / 'store.db'}"
+    url = store_url
     with ReplayServer() as upstream:
         upstream.enqueue(_message(1, "Byōdō-in, then tea on Ujibashi street."))
         base = f"providers.anthropic.base_url={upstream.url}"
