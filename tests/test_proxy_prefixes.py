@@ -332,3 +332,32 @@ def test_the_index_built_as_requests_arrive_equals_one_rebuilt_from_the_log(
                 if isinstance(e, ResponseEnded)
             ]
             assert len(live) == len(ended)  # a row at each response's end, a fork's own
+
+
+def test_a_pin_goes_on_across_providers(store: Store) -> None:
+    """The index keeps providers apart; the header is the way to continue a conversation
+    Anthropic answered with OpenAI."""
+    history = [
+        {"role": "user", "content": "Is Uji far from Kyoto?"},
+        {"role": "assistant", "content": "Twenty minutes by train."},
+    ]
+    with ReplayServer() as upstream, running_proxy(store, upstream.url) as proxy:
+        upstream.enqueue(
+            _message(1, "Twenty minutes by train."),
+            _completed("resp_prefixes_pinned", "The JR Nara line.", None),
+        )
+        claude = anthropic.Anthropic(api_key=KEY, base_url=proxy.url, max_retries=0)
+        claude.messages.create(model=MODEL, max_tokens=64, messages=history[:1])
+        _drained(proxy)
+        [conversation] = [s.id for s in store.service.list()]
+        gpt = openai.OpenAI(api_key=KEY, base_url=proxy.url + "/v1", max_retries=0)
+        gpt.responses.create(
+            model="gpt-5.1",
+            input=[*history, {"role": "user", "content": "Which line?"}],  # type: ignore[list-item]
+            extra_headers={"X-Convstore-Conversation": str(conversation)},
+        )
+    [events] = _conversations(store)
+    assert [e.provider for e in events if isinstance(e, ResponseStarted)] == [
+        "anthropic",
+        "openai",
+    ]
