@@ -9,6 +9,8 @@ which conversations it holds, and that it is the same however it was built.
   found by a proxy request continuing it, with no pin.
 - A conversation is indexed under the provider that answered it: the same messages sent
   to another provider start a conversation of their own.
+- A response completed by re-sending (its next attempt) is indexed as it reads: the next
+  request, carrying the whole answer, continues it.
 - Built batch by batch as requests arrive (continuing, forking, starting anew) or rebuilt
   from the log in one batch, the index holds the same rows (hypothesis).
 
@@ -39,12 +41,18 @@ from convstore.adapters.proxy.prefixes import PrefixIndex
 from convstore.adapters.proxy.threads import place
 from convstore.adapters.recording import jobs
 from convstore.adapters.wire.providers import adapter
-from convstore.domain.events import Event, ResponseEnded, ResponseStarted, UserMessage
+from convstore.domain.events import (
+    AssistantText,
+    Event,
+    ResponseEnded,
+    ResponseStarted,
+    UserMessage,
+)
 from convstore.storage import Store, open_store
 from tests.proxying import running_proxy
 from tests.replay_server import ReplayServer, Reply
 from tests.test_proxy import _reply
-from tests.test_proxy_threads import _completed, _sequence
+from tests.test_proxy_threads import _completed, _post, _sequence
 
 KEY = "sk-ant-prefixes-test-key"
 MODEL = "claude-sonnet-4-5"
@@ -361,3 +369,28 @@ def test_a_pin_goes_on_across_providers(store: Store) -> None:
         "anthropic",
         "openai",
     ]
+
+
+def test_a_response_completed_by_resending_is_continued_as_it_reads(
+    store: Store, tmp_path: Path
+) -> None:
+    """A stream cut off, then completed by ingesting the whole capture again (the next
+    attempt, read in the first's place): the next request, carrying the whole answer,
+    continues the conversation."""
+    first, second, *_ = _sequence("anthropic", "mcp_connector")
+    events = [e for e in first.body.split(b"\n\n") if e.strip()]
+    cut, whole = tmp_path / "cut.sse", tmp_path / "whole.sse"
+    cut.write_bytes(b"\n\n".join(events[: len(events) * 8 // 10]) + b"\n\n")
+    whole.write_bytes(first.body)
+    for capture in (cut, whole):
+        jobs.ingest(store.service, "anthropic", [jobs.Exchange(capture, request=first.request)])
+    [ingested] = store.service.list()
+    with ReplayServer() as upstream, running_proxy(store, upstream.url) as proxy:
+        upstream.enqueue(_reply(second))
+        _post(proxy.url, second, "anthropic")  # (the SDK's `create` takes no `mcp_servers`)
+    [conversation] = store.service.list()
+    assert conversation.id == ingested.id
+    started = [e for e in store.service.history(conversation.id) if isinstance(e, ResponseStarted)]
+    assert [e.attempt for e in started] == [1, 2, 1]
+    cut_text = [e for e in store.service.history(conversation.id) if isinstance(e, AssistantText)]
+    assert any(not e.attributions_complete for e in cut_text)  # the cut copy held text

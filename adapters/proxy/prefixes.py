@@ -17,7 +17,8 @@ version (`0006_prefix_heads`): a new event extends the chain, never a re-read of
 conversation. Each response's end indexes the conversation as it then reads, by its
 digest bound to the provider that answered (a `prefixes` row), so a request is matched
 only with conversations its own provider continued. A fork's chain starts from its
-parent's at the fork point.
+parent's at the fork point. A copy completing a response cut short is read in the first
+copy's place (`domain.attempts`): there the chain is folded again from the reading.
 
 A request is looked up (`find`) by the bound digests of every prefix of its messages, in
 one query, after the index caught up with the log: placing it costs the request's own
@@ -36,6 +37,7 @@ from uuid import UUID
 
 import msgspec
 
+from convstore.domain.attempts import reading
 from convstore.domain.events import (
     AssistantText,
     Event,
@@ -178,8 +180,8 @@ class PrefixIndex:
         return sorted(found, key=lambda c: (c.prefix, c.opaque_match, c.position), reverse=True)
 
 
-Reading = Callable[[ConversationId], list[Event]]
-"""A conversation's reading (`ConversationService.history`)."""
+History = Callable[[ConversationId], list[Event]]
+"""A conversation's events as its reading folds them (`ConversationService.history`)."""
 
 
 class _Heads(TrackedProjection):
@@ -188,10 +190,10 @@ class _Heads(TrackedProjection):
     name = NAME
 
     def __init__(
-        self, key: Callable[[], bytes], recorder: ConversationRecorder, reading: Reading
+        self, key: Callable[[], bytes], recorder: ConversationRecorder, history: History
     ) -> None:
         self._key = key
-        self._reading = reading
+        self._history = history
         self._sql = _Sql(recorder)
 
     def setup(self, cursor: Any) -> None:
@@ -213,9 +215,16 @@ class _Heads(TrackedProjection):
         for _, event in events:
             conversation = event.originator_id
             chain = chains.get(conversation)
-            if chain is None:
-                chain = self._chain_before(cursor, event, chains, kept)
-            chain = chains[conversation] = chain.fold(key, event)
+            if isinstance(event, ResponseStarted) and event.attempt > 1:
+                # a copy completing one cut short: read in the first's place, so the
+                # chain is the reading's through it
+                own = event.originator_version
+                chain = self._replayed(ConversationId(conversation), own, own=True)
+                chains[conversation] = chain
+            else:
+                if chain is None:
+                    chain = self._chain_before(cursor, event, chains, kept)
+                chain = chains[conversation] = chain.fold(key, event)
             if isinstance(event, ResponseEnded) and chain.digest:
                 sql.row(cursor, _bound(key, chain.provider, chain.digest), chain, conversation)
                 sql.head(cursor, conversation, chain)
@@ -252,16 +261,15 @@ class _Heads(TrackedProjection):
 
     def _replayed(self, conversation: ConversationId, upto: int, *, own: bool) -> Chain:
         """The chain of `conversation` through version `upto` (its own, or its reading's),
-        folded from its reading: where no head holds it (a fork at a version no response
-        ended at)."""
-        events = self._reading(conversation)
+        folded from its events as read (`domain.attempts`): where no head holds it (a
+        fork at a version no response ended at), or a copy completing one cut short
+        changed what the conversation reads as."""
+        events = self._history(conversation)
         first = events[0]
         shift = first.forked_at - 1 if isinstance(first, Started) and first.forked_from else 0
         last = upto + shift if own else upto
         key, chain = self._key(), Chain()
-        for event in events:
-            if event.originator_version > last:
-                break
+        for event in reading([e for e in events if e.originator_version <= last]):
             chain = chain.fold(key, event)
         return replace(chain, version=last - shift, shift=shift)
 
