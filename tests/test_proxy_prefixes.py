@@ -394,3 +394,35 @@ def test_a_response_completed_by_resending_is_continued_as_it_reads(
     assert [e.attempt for e in started] == [1, 2, 1]
     cut_text = [e for e in store.service.history(conversation.id) if isinstance(e, AssistantText)]
     assert any(not e.attributions_complete for e in cut_text)  # the cut copy held text
+
+
+def test_an_index_that_cannot_catch_up_is_logged_and_placing_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """While another writer holds the database past the busy timeout, the index stays as
+    far as it got (a warning, no content) and the request is still placed; it catches up
+    once the database is free."""
+    path = tmp_path / "store.db"
+    with open_store(f"sqlite:///{path}") as opened:
+        _record(opened, PrefixIndex(opened), [{"role": "user", "content": "tea?"}], 0, "yes")
+        opened.recorder.busy_timeout_ms = 50  # type: ignore[attr-defined]
+        index = PrefixIndex(opened)
+        blocker = sqlite3.connect(path)
+        blocker.execute("BEGIN IMMEDIATE")
+        going_on = [
+            {"role": "user", "content": "tea?"},
+            {"role": "assistant", "content": "yes"},
+            {"role": "user", "content": "matcha?"},
+        ]
+        request = json.dumps({"model": MODEL, "max_tokens": 64, "messages": going_on}).encode()
+        try:
+            assert index.catch_up() == 0
+            placed = place(opened.service, index, "anthropic", request, pinned=None)
+            assert placed.how == "new"  # nothing indexed yet: recorded all the same
+        finally:
+            blocker.rollback()
+            blocker.close()
+        assert "the prefix index did not catch up (OperationalError)" in caplog.text
+        assert "tea" not in caplog.text
+        placed = place(opened.service, index, "anthropic", request, pinned=None)
+        assert placed.how == "continued"

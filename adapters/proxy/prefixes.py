@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -52,9 +53,12 @@ from convstore.domain.events import (
 from convstore.domain.vocabulary import ConversationId
 from convstore.projections.follower import Follower, Positioned, TrackedProjection
 from convstore.storage import Store
+from convstore.storage.errors import OperationalError
 from convstore.storage.recorder import ConversationRecorder, PrefixRow
 
-__all__ = ["Candidate", "PrefixIndex"]
+__all__ = ["Candidate", "Chain", "PrefixIndex"]
+
+log = logging.getLogger("convstore.proxy")
 
 NAME: Final = "prefixes"
 """The index's tracking name (its position in the notification log)."""
@@ -147,10 +151,16 @@ class PrefixIndex:
             return self._key
 
     def catch_up(self) -> int:
-        """Fold the events recorded since the last call into the index; how many."""
-        self._hmac_key()  # made, if need be, before the index's transaction begins
-        with self._lock:  # one catch-up at a time here (others', elsewhere, conflict)
-            return self._follower.catch_up().events
+        """Fold the events recorded since the last call into the index; how many. A
+        database that fails (busy past its retries, gone) is logged, and the index stays
+        as far as it got: the recording matters more than its threading."""
+        try:
+            self._hmac_key()  # made, if need be, before the index's transaction begins
+            with self._lock:  # one catch-up at a time here (others', elsewhere, conflict)
+                return self._follower.catch_up().events
+        except OperationalError as error:
+            log.warning("proxy: the prefix index did not catch up (%s)", type(error).__name__)
+            return 0
 
     def find(self, provider: str, events: Iterable[Event]) -> list[Candidate]:
         """The conversations `provider` answered that a request's message drafts
