@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +42,7 @@ from convstore.adapters.proxy.prefixes import PrefixIndex
 from convstore.adapters.proxy.threads import place
 from convstore.adapters.recording import jobs
 from convstore.adapters.wire.providers import adapter
+from convstore.domain.attempts import reading
 from convstore.domain.events import (
     AssistantText,
     Event,
@@ -426,3 +428,50 @@ def test_an_index_that_cannot_catch_up_is_logged_and_placing_goes_on(
         assert "tea" not in caplog.text
         placed = place(opened.service, index, "anthropic", request, pinned=None)
         assert placed.how == "continued"
+
+
+def test_two_indexes_catching_up_at_once_fold_each_event_once(store_url: str) -> None:
+    """Two processes' indexes (two stores open on one database) catch up while a third
+    records: each response's end is indexed once, none twice, none missed."""
+    stop = threading.Event()
+    with open_store(store_url) as writer, open_store(store_url) as a, open_store(store_url) as b:
+        indexes = [PrefixIndex(a), PrefixIndex(b)]
+        folded = [0, 0]
+
+        def follow(n: int) -> None:
+            while not stop.is_set():
+                folded[n] += indexes[n].catch_up()
+
+        threads = [threading.Thread(target=follow, args=(n,)) for n in (0, 1)]
+        for thread in threads:
+            thread.start()
+        try:
+            conversation = None
+            messages: list[dict[str, str]] = []
+            for n in range(12):
+                messages.append({"role": "user", "content": f"question {n}"})
+                request = json.dumps({"model": MODEL, "max_tokens": 64, "messages": messages})
+                answer = _message(n, f"answer {n}").body
+                assert isinstance(answer, bytes)
+                history = adapter("anthropic").need_history()
+                read = [] if conversation is None else writer.service.history(conversation)
+                conversation, _ = writer.service.ingest_exchange(
+                    conversation,
+                    [(m.role, m.drafts) for m in history(reading(read), request.encode())],
+                    adapter("anthropic").decode(answer, request.encode(), 200),
+                    at_version=read[-1].originator_version if read else 0,
+                )
+                messages.append({"role": "assistant", "content": f"answer {n}"})
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join()
+        folded = [folded[n] + indexes[n].catch_up() for n in (0, 1)]
+        assert conversation is not None
+        log = list(writer.service.events(conversation))
+        assert sum(folded) == len(log)  # each event folded by one index, once
+        ended = [e.originator_version for e in log if isinstance(e, ResponseEnded)]
+        with writer.recorder.view_reader() as cursor:
+            cursor.execute("SELECT originator_id, version FROM prefixes")
+            rows = sorted(version for _, version in cursor.fetchall())
+        assert rows == ended
