@@ -11,10 +11,13 @@ which conversations it holds, and that it is the same however it was built.
   to another provider start a conversation of their own.
 - A response completed by re-sending (its next attempt) is indexed as it reads: the next
   request, carrying the whole answer, continues it.
+- An index that cannot catch up (the database busy) is logged and placing goes on; two
+  indexes catching up at once (two processes) fold each event once.
 - Built batch by batch as requests arrive (continuing, forking, starting anew) or rebuilt
   from the log in one batch, the index holds the same rows (hypothesis).
 
-Each runs on both backends but the last (SQLite: it reads the index's tables itself).
+The tests taking a `store` run on both backends; the busy one and the hypothesis one
+run on SQLite (they hold its lock, or read the index's tables, themselves).
 """
 
 from __future__ import annotations
