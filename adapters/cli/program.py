@@ -21,6 +21,7 @@ from convstore.adapters.cli import (
     integrity,
     metadata,
     proxying,
+    viewing,
     record,
 )
 from convstore.adapters.cli.registry import (
@@ -43,6 +44,7 @@ COMMAND_MODULES = (
     record,
     importing,
     proxying,
+    viewing,
     integrity,
     index,
     completion,
