@@ -21,8 +21,8 @@ from convstore.adapters.cli import (
     integrity,
     metadata,
     proxying,
-    viewing,
     record,
+    viewing,
 )
 from convstore.adapters.cli.registry import (
     COMMANDS,

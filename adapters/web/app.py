@@ -2,8 +2,9 @@
 
 Routes: `/` the list, `/c/{id}` a transcript, `/c/{id}/audit`, `/c/{id}/replay` (the
 replay preview), `/search?q=`, `/display/{id}/{activity}` (a Search Suggestion, for its
-iframe), `/login` (only when a token is set), `/static/viewer.css` (the one stylesheet). Every route but the
-login form's POST is GET (or HEAD); the store is opened read-only, so nothing can write.
+iframe), `/login` (only when a token is set), `/static/viewer.css` (the one stylesheet).
+Every route but the login form's POST is GET (or HEAD); the store is opened read-only, so
+nothing can write.
 Pages need no JavaScript and load none.
 """
 
@@ -70,7 +71,9 @@ class _Pages:
         return self.page("replay.html", conversation=conversation, preview=preview)
 
     def search(self, request: Request) -> Response:
-        return self.page("search.html", found=views.found(self.store, request.query_params.get("q", "")))
+        return self.page(
+            "search.html", found=views.found(self.store, request.query_params.get("q", ""))
+        )
 
     def display(self, request: Request) -> Response:
         conversation = views.conversation_id(self.store, request.path_params["id"])

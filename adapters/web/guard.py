@@ -87,10 +87,10 @@ class Guard:
         if host not in self.hosts:
             await _refuse(send_guarded, 403, "this viewer does not answer for that host name")
             return
-        if self.token is not None and scope["path"] not in OPEN_PATHS:
-            if not self._has_token(headers):
-                await _refuse(send_guarded, 401, "sign in at /login with the viewer's token")
-                return
+        needs_token = self.token is not None and scope["path"] not in OPEN_PATHS
+        if needs_token and not self._has_token(headers):
+            await _refuse(send_guarded, 401, "sign in at /login with the viewer's token")
+            return
         await self.app(scope, receive, send_guarded)
 
     def _has_token(self, headers: dict[bytes, bytes]) -> bool:

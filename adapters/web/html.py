@@ -95,7 +95,10 @@ def environment() -> jinja2.Environment:
     )
     env.tests["kind"] = lambda value, name: tag(value) == name
     env.globals.update(
-        link_rel=LINK_REL, end_line=end_line, notice_lines=notice_lines, location_words=location_words
+        link_rel=LINK_REL,
+        end_line=end_line,
+        notice_lines=notice_lines,
+        location_words=location_words,
     )
     return env
 

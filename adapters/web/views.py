@@ -9,8 +9,8 @@ a `PageError` with the status and the message the page shows.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
@@ -30,7 +30,7 @@ from convstore.domain.errors import (
     ConvstoreError,
     IntegrityError,
 )
-from convstore.domain.events import Started, HostedActivity, ResponseStarted
+from convstore.domain.events import HostedActivity, ResponseStarted, Started
 from convstore.projections import audit, chain, portable, presentation, search
 from convstore.projections.query import SearchQueryError
 from convstore.storage import Store
@@ -179,11 +179,7 @@ def transcript(store: Store, conversation: ConversationId) -> TranscriptPage:
     status = chain.chain_status(store, conversation)
     reading = portable.fold(events, read_payload)
     origin = next(
-        (
-            e
-            for e in events
-            if isinstance(e, Started) and e.originator_id == conversation
-        ),
+        (e for e in events if isinstance(e, Started) and e.originator_id == conversation),
         None,
     )
     return TranscriptPage(
@@ -223,9 +219,9 @@ def display_content(store: Store, conversation: ConversationId, activity_id: str
     served only from its own route, under its own CSP, in a sandboxed iframe)."""
     content: str | None = None
     for event in _history(store, conversation):
-        if isinstance(event, HostedActivity) and event.activity_id == activity_id:
-            if event.display is not None and event.display.content:
-                content = event.display.content
+        shown = isinstance(event, HostedActivity) and event.activity_id == activity_id
+        if shown and event.display is not None and event.display.content:
+            content = event.display.content
     if content is None:
         raise PageError(404, "no display content is recorded for this activity")
     return content
