@@ -112,7 +112,9 @@ def browser() -> Iterator[Any]:
 
 
 def _page(browser: Any, url: str, *, javascript: bool = True) -> tuple[Any, Watch]:
-    context = browser.new_context(java_script_enabled=javascript, viewport={"width": 1100, "height": 900})
+    context = browser.new_context(
+        java_script_enabled=javascript, viewport={"width": 1100, "height": 900}
+    )
     page = context.new_page()
     watch = Watch(_origin(url))
     watch.attach(page)
@@ -155,9 +157,7 @@ def test_pages_load_with_citations_activity_lines_and_search(
     page.context.close()
 
 
-def test_a_hostile_capture_stays_inert(
-    served: tuple[str, dict[str, str]], browser: Any
-) -> None:
+def test_a_hostile_capture_stays_inert(served: tuple[str, dict[str, str]], browser: Any) -> None:
     url, titles = served
     page, watch = _page(browser, url)
     page.goto(f"{url}/c/{titles['hostile']}")
@@ -184,8 +184,13 @@ def test_every_page_works_without_javascript(
     url, titles = served
     page, watch = _page(browser, url, javascript=False)
     conversation = titles["grounding_search_stream"]
-    for path in ("/", f"/c/{conversation}", f"/c/{conversation}/audit",
-                 f"/c/{conversation}/replay", f"/search?q={PLANTED}"):
+    for path in (
+        "/",
+        f"/c/{conversation}",
+        f"/c/{conversation}/audit",
+        f"/c/{conversation}/replay",
+        f"/search?q={PLANTED}",
+    ):
         answer = page.goto(url + path)
         assert answer is not None and answer.status == 200, path
     page.goto(url + "/")
