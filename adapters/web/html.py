@@ -7,6 +7,7 @@ http and https addresses (`link_url`); anything else is shown as text.
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
@@ -24,6 +25,7 @@ TEMPLATES: Final = Path(__file__).with_name("templates")
 LINK_REL: Final = "noopener noreferrer nofollow"
 """Every outbound link's `rel`."""
 _URL_LIMIT: Final = 4096
+_SPACE: Final = re.compile(r"\s")
 
 
 def _finalize(value: Any) -> Any:
@@ -31,16 +33,14 @@ def _finalize(value: Any) -> Any:
     if value is None:
         return ""
     if isinstance(value, str) and not isinstance(value, markupsafe.Markup):
-        return sanitize(value)
+        return value if value.isascii() and value.isprintable() else sanitize(value)
     return value
 
 
 def link_url(url: str | None) -> str | None:
     """`url` when it may be a link's `href`: an absolute http or https address with a host,
     no whitespace and no control or format character; None otherwise (shown as text)."""
-    if not url or len(url) > _URL_LIMIT or sanitize(url) != url:
-        return None
-    if any(char.isspace() for char in url):
+    if not url or len(url) > _URL_LIMIT or _SPACE.search(url) or sanitize(url) != url:
         return None
     try:
         parts = urlsplit(url)
@@ -85,6 +85,7 @@ def environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         autoescape=True,
+        auto_reload=False,
         finalize=_finalize,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,

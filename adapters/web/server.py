@@ -7,6 +7,7 @@ access log is off: the viewer logs no URL (a search's words are in its query).
 
 from __future__ import annotations
 
+import gc
 import ipaddress
 from collections.abc import Callable, Iterable
 from typing import Final
@@ -67,4 +68,6 @@ def serve(
         timeout_graceful_shutdown=5,
     )
     address = serving.address_of(listener)
+    gc.collect()
+    gc.freeze()  # what startup loaded stays out of the collections each page's garbage causes
     serving.run(config, listener, lambda: ready(address))
