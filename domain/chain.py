@@ -124,10 +124,10 @@ def verify_stored(states: Iterable[tuple[int, bytes]], *, first_prev: str = "") 
             breaks.append(ChainBreak(version, f"version {expected_version} is missing"))
         expected_version = version + 1
         sealed = as_sealed(state)
-        if sealed is not None and sealed[1] == expected_prev:
-            if digest(sealed[1], sealed[0]) == sealed[2]:  # as sealed, byte for byte
-                expected_prev = sealed[2]
-                continue
+        verified = sealed is not None and sealed[1] == expected_prev
+        if sealed is not None and verified and digest(sealed[1], sealed[0]) == sealed[2]:
+            expected_prev = sealed[2]  # the bytes are as sealed, byte for byte
+            continue
         try:
             canonical, prev_hash, own_hash = canonical_from_stored(state)
         except IntegrityError as error:
