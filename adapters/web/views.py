@@ -19,7 +19,7 @@ from uuid import UUID
 
 from convstore.adapters.recording import jobs
 from convstore.adapters.terminal.render import shorten
-from convstore.adapters.terminal.values import loss_line
+from convstore.adapters.terminal.values import kept_line, loss_line, unanswered_line
 from convstore.adapters.wire.consent import KEPT_DECLARED
 from convstore.adapters.wire.names import PROVIDER_ALIASES, PROVIDERS
 from convstore.adapters.wire.providers import read_payload
@@ -295,16 +295,8 @@ def preview(
     return dataclasses.replace(
         base,
         left_out=[loss_line(loss) for loss in request.losses if loss.kind != KEPT_DECLARED],
-        kept=[
-            f"event {loss.version} ({loss.event}): kept declared: {loss.reason}"
-            for loss in request.losses
-            if loss.kind == KEPT_DECLARED
-        ],
-        unanswered=[
-            f"event {call.version}: client tool call {call.call_id} ({call.name}) has no"
-            " result: the provider refuses the request until it has one"
-            for call in calls
-        ],
+        kept=[kept_line(loss) for loss in request.losses if loss.kind == KEPT_DECLARED],
+        unanswered=[unanswered_line(call) for call in calls],
     )
 
 
