@@ -20,7 +20,7 @@ from convstore.adapters.web.html import link_url
 from convstore.adapters.web.server import allowed_hosts
 from convstore.domain import ConversationId
 from convstore.storage import Store, open_store
-from tests.viewing import BIDI, PLANTED, SOURCES, capture_files, ingest, viewer_store
+from tests.viewing import BIDI, PLANTED, SOURCES, capture_files, fill, ingest, viewer_store
 
 TOKEN = "t0ken-for-the-viewer-tests-0123456789"
 
@@ -340,5 +340,23 @@ def test_a_second_capture_is_listed_after_ingest(tmp_path: Path) -> None:
             assert "3 of 3 shown" in http.get("/").text
             ingest(db, "google", *capture_files("google/grounding_unplaced/1"))
             assert "4 of 4 shown" in http.get("/").text
+    finally:
+        store.close()
+
+
+def test_the_viewer_reads_either_backend(store_url: str, tmp_path: Path) -> None:
+    """The same pages on SQLite and on PostgreSQL, each store opened read-only."""
+    fill(store_url, tmp_path)
+    store = open_store(store_url, read_only=True)
+    try:
+        with TestClient(viewer_app(store, hosts=frozenset({"testserver"}))) as http:
+            assert "3 of 3 shown" in http.get("/").text
+            for summary in store.service.list(limit=50):
+                for path in ("", "/audit", "/replay"):
+                    assert http.get(f"/c/{summary.id}{path}").status_code == 200
+            found = http.get("/search", params={"q": PLANTED}).text
+            assert f'href="/c/{_hostile(store)}#turn-' in found
+        with pytest.raises(Exception, match=r"(?i)read.?only"):
+            store.service.retitle(_hostile(store), "changed by the viewer")
     finally:
         store.close()

@@ -107,21 +107,11 @@ def write_hostile_capture(folder: Path) -> tuple[Path, Path]:
     return request_file, response_file
 
 
-def ingest(db: Path, provider: str, request: Path, response: Path) -> None:
-    """`convstore ingest` one capture into `db` (it must succeed)."""
-    code = main(
-        [
-            "--db",
-            f"sqlite:///{db}",
-            "ingest",
-            "--provider",
-            provider,
-            "--request",
-            str(request),
-            str(response),
-        ]
-    )
-    assert code == 0
+def ingest(db: Path | str, provider: str, request: Path, response: Path) -> None:
+    """`convstore ingest` one capture into `db` (a SQLite file, or a store URL)."""
+    url = db if isinstance(db, str) else f"sqlite:///{db}"
+    command = ["ingest", "--provider", provider, "--request", str(request), str(response)]
+    assert main(["--db", url, *command]) == 0
 
 
 def capture_files(name: str) -> tuple[Path, Path]:
@@ -131,14 +121,20 @@ def capture_files(name: str) -> tuple[Path, Path]:
     return folder / f"{number}.request.json", response
 
 
+def fill(url: str, folder: Path, *, index: bool = True) -> None:
+    """Record `CAPTURES` and the hostile capture (written in `folder`) into the store at
+    `url`, and index them unless told not to."""
+    for provider, name in CAPTURES:
+        ingest(url, provider, *capture_files(name))
+    ingest(url, "google", *write_hostile_capture(folder / "hostile"))
+    if index:
+        assert main(["--db", url, "project"]) == 0
+
+
 def viewer_store(tmp_path: Path, *, index: bool = True) -> Path:
     """A SQLite store holding `CAPTURES` and the hostile capture (indexed unless told not)."""
     db = tmp_path / "viewer.db"
-    for provider, name in CAPTURES:
-        ingest(db, provider, *capture_files(name))
-    ingest(db, "google", *write_hostile_capture(tmp_path / "hostile"))
-    if index:
-        assert main(["--db", f"sqlite:///{db}", "project"]) == 0
+    fill(f"sqlite:///{db}", tmp_path, index=index)
     return db
 
 
