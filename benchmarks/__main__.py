@@ -34,6 +34,7 @@ from benchmarks import (
     search,
     startup,
     storage,
+    viewer,
 )
 from benchmarks.common import Figure, Sizes, render_table
 
@@ -51,6 +52,7 @@ FAMILIES: dict[str, Callable[[Sizes, Path], list[Figure]]] = {
     "startup": startup.startup_figures,
     "peers": peers.peers_figures,
     "import": importing.importing_figures,
+    "viewer": viewer.viewer_figures,
 }
 
 

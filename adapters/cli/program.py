@@ -22,6 +22,7 @@ from convstore.adapters.cli import (
     metadata,
     proxying,
     record,
+    viewing,
 )
 from convstore.adapters.cli.registry import (
     COMMANDS,
@@ -43,6 +44,7 @@ COMMAND_MODULES = (
     record,
     importing,
     proxying,
+    viewing,
     integrity,
     index,
     completion,
