@@ -66,6 +66,10 @@ class Watch:
             lambda m: self.console.append((m.type, m.text, (m.location or {}).get("url", ""))),
         )
 
+    def failed_loads(self) -> list[tuple[str, str, str]]:
+        """Resources of ours the browser could not load (a missing stylesheet, a 404)."""
+        return [m for m in self.console if "Failed to load resource" in m[1]]
+
     def own_violations(self) -> list[tuple[str, str, str]]:
         """CSP violations of our pages' policy. Chromium reports the framed provider
         markup's under the top page's address, so a violation is told by the directive it
@@ -154,6 +158,7 @@ def test_pages_load_with_citations_activity_lines_and_search(
     assert titles["hostile"] in page.url and "#turn-" in page.url
     _shot(page, "search-hit")
     assert watch.dialogs == [] and watch.foreign == [] and watch.own_violations() == []
+    assert watch.failed_loads() == []
     page.context.close()
 
 

@@ -48,6 +48,9 @@ class _Pages:
     def style(self, request: Request) -> Response:
         return Response(STYLE, media_type="text/css")
 
+    def icon(self, request: Request) -> Response:
+        return Response(status_code=204)  # no icon: the browser asks, and need not log a 404
+
     def listing(self, request: Request) -> Response:
         found = views.listing(
             self.store, request.query_params, request.query_params.getlist("label")
@@ -136,6 +139,7 @@ def viewer_app(
         Route("/display/{id}/{activity}", pages.display),
         Route("/login", pages.login, methods=["GET", "POST"]),
         Route("/static/viewer.css", pages.style),
+        Route("/favicon.ico", pages.icon),
     ]
     app = Starlette(
         routes=routes,

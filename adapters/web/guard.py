@@ -29,7 +29,7 @@ COOKIE: Final = "convstore_viewer"
 """The cookie the login form sets, holding the access token."""
 DISPLAY_PREFIX: Final = "/display/"
 """Where Search Suggestions are served (`/display/{conversation}/{activity}`)."""
-OPEN_PATHS: Final = frozenset({"/login", "/static/viewer.css"})
+OPEN_PATHS: Final = frozenset({"/login", "/static/viewer.css", "/favicon.ico"})
 """What a request without the token may reach."""
 
 PAGE_POLICY: Final = (
