@@ -240,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     if demo.unexpected:
         say.line(f"\n{demo.unexpected} step(s) did not end as expected (marked !! above)")
         return 1
+    say.line(f"\nRead it in a browser: convstore --db {url} serve (the `web` extra:")
+    say.line("pip install 'convstore[web]'), then open http://127.0.0.1:8787")
     return 0
 
 
