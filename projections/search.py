@@ -606,6 +606,25 @@ class _Postgres:
             yield _encode(list(row))
 
 
+_NO_VERSION: Final = 2**62
+"""Above any version: a span that covers a whole conversation."""
+
+
+def _unsealing(unseal: Callable[[bytes], bytes]) -> Callable[[bytes], Indexed]:
+    """`read_event` after `unseal`; an event whose key is gone (its conversation was
+    forgotten) reads as its clear fields alone, so it indexes nothing."""
+    from convstore.domain.errors import ConversationForgotten
+    from convstore.domain.sealing import strip
+
+    def read(state: bytes) -> Indexed:
+        try:
+            return read_event(unseal(state))
+        except ConversationForgotten:
+            return read_event(strip(state))
+
+    return read
+
+
 def _within(version: int, spans: list[tuple[int, int]]) -> bool:
     return any(first <= version <= last for first, last in spans)
 
@@ -629,12 +648,32 @@ class SearchIndex(TrackedProjection):
     """The search view of one store: `process` keeps it, `search` reads it."""
 
     name = NAME
-    decoder = staticmethod(read_event)
 
     def __init__(self, recorder: ConversationRecorder) -> None:
         self.recorder = recorder
         self.dialect = _dialect(recorder)
         self._ready = False
+        unseal = recorder.unseal
+        self._read: Callable[[bytes], Indexed] = (
+            read_event if unseal is None else _unsealing(unseal)
+        )
+        """Stored bytes → `Indexed` (their content unsealed on an encrypted store)."""
+        self.decoder = self._read
+
+    def forget_conversations(self, conversations: Sequence[UUID]) -> None:
+        """Delete every row of these conversations (they were forgotten)."""
+        if not self._ensure_tables():
+            return
+        with self.recorder.view_transaction(self.name) as cursor:
+            for conversation in conversations:
+                self._purge(cursor, conversation)
+
+    def _purge(self, cursor: Any, conversation: UUID) -> None:
+        dialect = self.dialect
+        dialect.delete(cursor, conversation, [(0, _NO_VERSION)])
+        dialect.set_turns(cursor, {conversation: None})
+        dialect.set_attempt_turns(cursor, {conversation: None})
+        dialect.set_titles(cursor, {conversation: None})
 
     def setup(self, cursor: Any) -> None:
         """Create the tables if missing."""
@@ -697,7 +736,15 @@ class SearchIndex(TrackedProjection):
             dialect.set_attempt_turns(cursor, attempts_changed)
         if titles:
             dialect.set_titles(cursor, titles)
-        return len(rows)
+        return self._purge_forgotten(cursor, events, len(rows))
+
+    def _purge_forgotten(self, cursor: Any, events: Sequence[Positioned], rows: int) -> int:
+        """Delete every row of the conversations forgotten in this batch (a Forgotten
+        indexes nothing itself): every reader treats them as forgotten from there.
+        Returns `rows`, the batch's count."""
+        for conversation in {e.originator_id for _, e in events if e.type == "Forgotten"}:
+            self._purge(cursor, conversation)
+        return rows
 
     def _drop_title(
         self,
@@ -729,7 +776,7 @@ class SearchIndex(TrackedProjection):
         for version, state in self.recorder.select_states(started.originator_id):
             if version >= started.originator_version:
                 break
-            event = read_event(state)
+            event = self._read(state)
             if event.type == "TurnStarted":
                 turn = event.turn_id
             elif event.type == "TurnEnded":

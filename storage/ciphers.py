@@ -1,0 +1,143 @@
+"""The cipher port over the key store: AES-256-GCM per conversation (`cryptography`).
+
+`StoreCiphers` gives the service each conversation's `Cipher` (`domain.sealing`), making
+its data key on first use, and gives the store's readers `unseal`: stored bytes with
+their content decrypted. Each ciphertext is a fresh 96-bit nonce then the GCM output;
+the associated data is the event's identity, so a ciphertext moved to another event,
+conversation or type does not decrypt.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+from uuid import UUID
+
+import msgspec
+
+from convstore.domain.errors import ConfigurationError, ConversationForgotten, IntegrityError
+from convstore.domain.events import EPOCH
+from convstore.domain.sealing import Cipher, unseal
+from convstore.domain.vocabulary import ConversationId
+from convstore.storage.keys import KeyStore
+
+NONCE_BYTES = 12
+
+
+class KeyDestroyed(ConversationForgotten):
+    """Sealed content whose conversation's key is gone: it was forgotten."""
+
+
+def _aesgcm() -> Any:
+    try:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    except ImportError:
+        raise ConfigurationError(
+            "this store is encrypted: install the `crypto` extra "
+            "(pip install 'convstore[crypto]') to read or write it"
+        ) from None
+    return AESGCM
+
+
+class AESGCMCipher:
+    """AES-256-GCM under one data key."""
+
+    __slots__ = ("_aead",)
+
+    def __init__(self, key: bytes) -> None:
+        self._aead = _aesgcm()(key)
+
+    def encrypt(self, plaintext: bytes, associated: bytes) -> bytes:
+        """A fresh nonce, then the ciphertext and its tag."""
+        nonce = os.urandom(NONCE_BYTES)
+        return nonce + bytes(self._aead.encrypt(nonce, plaintext, associated))
+
+    def decrypt(self, ciphertext: bytes, associated: bytes) -> bytes:
+        """The plaintext; raises IntegrityError for a changed or moved ciphertext."""
+        from cryptography.exceptions import InvalidTag
+
+        try:
+            return bytes(
+                self._aead.decrypt(ciphertext[:NONCE_BYTES], ciphertext[NONCE_BYTES:], associated)
+            )
+        except (InvalidTag, ValueError):
+            raise IntegrityError(
+                "sealed content does not decrypt: it was changed, or moved from another event"
+            ) from None
+
+
+class StoreCiphers:
+    """Each conversation's cipher over a key store (the domain's `Ciphers` port)."""
+
+    def __init__(self, keys: KeyStore, *, read_only: bool = False) -> None:
+        self.keys = keys
+        self.read_only = read_only
+        self._ciphers: dict[UUID, AESGCMCipher] = {}
+        self._guard = threading.Lock()
+        _aesgcm()  # a missing extra is said when the store opens
+
+    def cipher(self, conversation_id: ConversationId) -> Cipher:
+        """The conversation's cipher, its key made on first use (a writer's); raises
+        KeyDestroyed when it has no key any more."""
+        found = self._find(conversation_id, create=not self.read_only)
+        if found is None:
+            raise KeyDestroyed(
+                f"conversation {conversation_id} has no data key: it was forgotten",
+                conversation_id=conversation_id,
+                on=EPOCH,
+            )
+        return found
+
+    def _find(self, conversation_id: UUID, *, create: bool) -> AESGCMCipher | None:
+        with self._guard:
+            cached = self._ciphers.get(conversation_id)
+        if cached is not None:
+            return cached
+        key = self.keys.key(conversation_id, create=create)
+        if key is None:
+            return None
+        cipher = AESGCMCipher(key)
+        with self._guard:
+            self._ciphers[conversation_id] = cipher
+        return cipher
+
+    def unseal(self, state: bytes) -> bytes:
+        """Stored bytes with their content decrypted (unchanged when nothing is sealed);
+        raises KeyDestroyed when the conversation's key is gone, IntegrityError when the
+        content does not decrypt."""
+        if b'"sealed":"' not in state:
+            return state
+        originator = _originator(state)
+        cipher = self._find(originator, create=False) if originator is not None else None
+        if cipher is None:
+            raise KeyDestroyed(
+                f"conversation {originator} has no data key: it was forgotten",
+                conversation_id=originator or UUID(int=0),
+                on=EPOCH,
+            )
+        return unseal(state, cipher)
+
+    def destroy(self, conversation_id: UUID) -> None:
+        """Destroy the conversation's key (idempotent) and drop it from memory."""
+        with self._guard:
+            self._ciphers.pop(conversation_id, None)
+        self.keys.destroy(conversation_id)
+
+    def close(self) -> None:
+        """Close the key store."""
+        self.keys.close()
+
+
+class _Id(msgspec.Struct):
+    originator_id: UUID | None = None
+
+
+_read_id = msgspec.json.Decoder(_Id).decode
+
+
+def _originator(state: bytes) -> UUID | None:
+    try:
+        return _read_id(state).originator_id
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
