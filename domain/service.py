@@ -18,6 +18,7 @@ from convstore.domain.calls import check_answerable
 from convstore.domain.conversation import Conversation, new_conversation_id
 from convstore.domain.errors import (
     ConcurrencyConflict,
+    ConversationForgotten,
     InvariantViolation,
     ResponseBeingWritten,
     WriterAlive,
@@ -387,7 +388,10 @@ class ConversationService:
         first = events[0]
         if not isinstance(first, Started) or first.forked_from is None:
             return events
-        parent = self.history(ConversationId(first.forked_from))
+        try:
+            parent = self.history(ConversationId(first.forked_from))
+        except ConversationForgotten:  # forgetting a parent hides the prefix forks read
+            parent = []
         at = first.forked_at
         return [
             first,

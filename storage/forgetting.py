@@ -96,17 +96,23 @@ def set_encrypted(recorder: ConversationRecorder, where: str) -> None:
 # --- forgetting -------------------------------------------------------------------------------
 
 
-def forget(store: Store, conversation_id: ConversationId, *, reason: str = "") -> datetime:
-    """Forget one conversation (the module's steps); returns when it was forgotten.
-    Already forgotten: the cleanup is finished again. Raises NotEncrypted (exit 2) on a
-    plain store, ResponseBeingWritten while a live writer holds a response open, both
-    with nothing written."""
+def require_encrypted(store: Store) -> None:
+    """Raise NotEncrypted for a store that does not encrypt (forget cannot shred it)."""
     if store.ciphers is None:
         raise NotEncrypted(
             f"the store at {store.location} does not encrypt, so forgetting cannot destroy "
             "a conversation's content: write an encrypted copy with `convstore migrate "
             "--encrypt --to URL`, then forget there"
         )
+
+
+def forget(store: Store, conversation_id: ConversationId, *, reason: str = "") -> datetime:
+    """Forget one conversation (the module's steps); returns when it was forgotten.
+    Already forgotten: the cleanup is finished again. Raises NotEncrypted (exit 2) on a
+    plain store, ResponseBeingWritten while a live writer holds a response open, both
+    with nothing written."""
+    require_encrypted(store)
+    finish_pending(store)
     recorder = store.recorder
     _intent(recorder, conversation_id, add=True)
     try:
