@@ -41,6 +41,7 @@ from convstore.domain.errors import (
 )
 from convstore.domain.errors import IntegrityError as UnreadableEvent
 from convstore.domain.events import EPOCH, Event, Forgotten, ResponseStarted, Started
+from convstore.domain.sealing import UNSEALED
 from convstore.domain.service import ConversationFilter, ConversationSummary
 from convstore.domain.settled import ActivityState, SettledItems, StoredResponse
 from convstore.domain.state import ConversationState, copy_state, forked, settle
@@ -210,6 +211,8 @@ class EventRepository:
             decode if unseal is None else (lambda state: decode(unseal(state)))
         )
         """Stored bytes → the typed event, its content unsealed on an encrypted store."""
+        self.sealed_only = unseal is not None
+        """Whether `save` refuses events not sealed (an encrypted store: never half on)."""
         self.snapshot_every = snapshot_every
         self.cache_size = cache_size
         """How many conversations' states to keep; 0 (the default here) keeps none, so
@@ -310,6 +313,8 @@ class EventRepository:
         events = conversation.pending
         if not events:
             return
+        if self.sealed_only:
+            _refuse_unsealed(events, conversation.encoded)
         stored = list(map(self.mapper.stored, events, conversation.encoded))
         responses = [_row(e) for e in events if type(e) is ResponseStarted and _indexed(e)]
         snapshot = kept = None
@@ -512,6 +517,18 @@ class EventRepository:
             events=first.events,
             forked_from=None if forked_from is None else ConversationId(forked_from),
         )
+
+
+def _refuse_unsealed(events: Sequence[Event], encoded: Sequence[bytes]) -> None:
+    """Raise IntegrityError (nothing written) for an event an encrypted store would hold in
+    clear: its aggregate was given no cipher."""
+    for event, state in zip(events, encoded, strict=True):
+        if b'"sealed":"' not in state and type(event).__name__ not in UNSEALED:
+            raise UnreadableEvent(
+                f"{type(event).__name__} at version {event.originator_version} of conversation "
+                f"{event.originator_id} is not sealed, and this store encrypts: nothing was "
+                "written (record through the store's service, which seals)"
+            )
 
 
 def forgotten_event(state: bytes) -> Forgotten | None:

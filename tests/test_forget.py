@@ -1,0 +1,423 @@
+"""Encrypted stores and `forget` (issue 19), on real SQLite files and real PostgreSQL.
+
+Content is sealed under each conversation's key with the chain over the ciphertext;
+forgetting appends Forgotten (the commit point), destroys the key and deletes the derived
+plaintext: afterwards no byte of the conversation's known phrases is in the database
+files (WAL included) or any PostgreSQL row, the key is gone from the key store, `verify`
+passes, and the other conversations are untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+import jsonschema
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from convstore.adapters import cli
+from convstore.domain import ConversationId, ResponseId, ResponseStarted, UserMessage
+from convstore.domain.errors import (
+    ConfigurationError,
+    ConversationForgotten,
+    IntegrityError,
+    ResponseBeingWritten,
+)
+from convstore.projections.follower import Follower
+from convstore.projections.search import SearchIndex
+from convstore.projections.verify import verify
+from convstore.storage import (
+    PostgresLocation,
+    Store,
+    forgetting,
+    open_recorder,
+    open_store,
+    parse_location,
+)
+from convstore.storage.keys import keys_dsn
+from tests.conftest import BACKENDS
+
+SCHEMAS = Path(__file__).resolve().parents[1] / "adapters" / "cli" / "schemas"
+
+
+def drop_key_schema(url: str) -> None:
+    """Drop a PostgreSQL store's schema in its key database (the test fixture drops the
+    events' one)."""
+    location = parse_location(url)
+    if not isinstance(location, PostgresLocation):
+        return
+    import psycopg
+    from psycopg import sql
+
+    try:
+        with psycopg.connect(keys_dsn(location.dsn), autocommit=True) as connection:
+            connection.execute(
+                sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(location.schema))
+            )
+    except psycopg.OperationalError:
+        pass  # the key database was never made
+
+
+@pytest.fixture(params=BACKENDS)
+def encrypted_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A store URL on each backend, its store created encrypted."""
+    url: str = request.getfixturevalue(f"{request.param}_url")
+    open_store(url, encrypt=True).close()
+    try:
+        yield url
+    finally:
+        drop_key_schema(url)
+
+
+@pytest.fixture
+def encrypted(encrypted_url: str) -> Iterator[Store]:
+    with open_store(encrypted_url) as store:
+        yield store
+
+
+def _converse(store: Store, title: str, *texts: str) -> ConversationId:
+    service = store.service
+    cid = service.start(title, ["tea"])
+    for text in texts:
+        service.add_user_input(cid, [UserMessage(blocks=(text,))])
+    return cid
+
+
+def _index(store: Store) -> SearchIndex:
+    index = SearchIndex(store.recorder)
+    Follower(store.recorder, index).catch_up()
+    return index
+
+
+# --- sealing ----------------------------------------------------------------------------------
+
+
+@given(text=st.text(min_size=1, max_size=200))
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+def test_any_content_is_stored_sealed_and_reads_back(encrypted: Store, text: str) -> None:
+    marker = f"mk{uuid4().hex}"
+    cid = _converse(encrypted, f"title {marker}", f"{marker} {text}")
+    stored = b"".join(state for _, state in encrypted.recorder.select_states(cid))
+    assert marker.encode() not in stored
+    assert b'"sealed":"' in stored
+    events = list(encrypted.service.events(cid))
+    assert events[0].title == f"title {marker}"  # type: ignore[attr-defined]
+    assert events[-1].blocks == (f"{marker} {text}",)  # type: ignore[attr-defined]
+    assert verify(encrypted, cid).intact
+
+
+def test_the_chain_verifies_without_any_key(encrypted_url: str) -> None:
+    with open_store(encrypted_url) as store:
+        _converse(store, "kept", "one", "two")
+    recorder = open_recorder(parse_location(encrypted_url), read_only=True)  # no key store
+    try:
+        report = verify(recorder, None)
+        assert report.intact and report.events == 6
+    finally:
+        recorder.close()
+
+
+def test_a_ciphertext_moved_to_another_event_does_not_decrypt(sqlite_url: str) -> None:
+    with open_store(sqlite_url, encrypt=True) as store:
+        cid = _converse(store, "t", "first secret", "second secret")
+    db = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"))
+    (one,), (two,) = db.execute(
+        "SELECT state FROM events WHERE originator_version IN (3, 5) ORDER BY 1"
+    ).fetchall()
+    sealed = json.loads(bytes(two))["sealed"]
+    moved = json.loads(bytes(one))
+    moved["sealed"] = sealed
+    db.execute(
+        "UPDATE events SET state = ? WHERE originator_version = 3",
+        (json.dumps(moved, separators=(",", ":")).encode(),),
+    )
+    db.commit()
+    db.close()
+    with open_store(sqlite_url) as store:
+        with pytest.raises(IntegrityError, match="does not decrypt"):
+            list(store.service.events(cid))
+        assert not verify(store, cid).intact
+
+
+def test_encryption_is_recorded_in_the_store_and_never_half_on(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    with open_store(url, encrypt=True) as store:
+        assert store.encrypted
+    with open_store(url) as reopened:  # the store says so, not the caller
+        assert reopened.encrypted
+        cid = _converse(reopened, "t", "hello")
+    with open_store(url, read_only=True) as reader:
+        assert reader.encrypted
+        assert [type(e).__name__ for e in reader.service.events(cid)][-1] == "UserMessage"
+
+    plain = f"sqlite:///{tmp_path / 'p.db'}"
+    with open_store(plain) as store:
+        _converse(store, "t", "in clear")
+    with pytest.raises(ConfigurationError, match="migrate --encrypt"):
+        open_store(plain, encrypt=True)
+    with open_store(plain) as store:
+        assert not store.encrypted
+        assert forgetting.store_option(store.recorder, forgetting.ENCRYPT_OPTION) is None
+
+
+def test_an_event_without_its_cipher_is_refused_on_an_encrypted_store(encrypted: Store) -> None:
+    from convstore.domain import Conversation
+
+    conversation = Conversation.start("in clear")  # no cipher handed in
+    with pytest.raises(IntegrityError, match="not sealed"):
+        encrypted.repository.save(conversation)
+    assert encrypted.recorder.select_states(conversation.id) == []
+
+
+# --- forget -----------------------------------------------------------------------------------
+
+
+def _files(url: str) -> dict[str, bytes]:
+    path = Path(url.removeprefix("sqlite:///"))
+    found = {}
+    for suffix in ("", "-wal", ".keys", ".keys-journal"):
+        file = Path(f"{path}{suffix}")
+        if file.exists():
+            found[suffix or "db"] = file.read_bytes()
+    return found
+
+
+PHRASES = ("zebra-umbrella-42", "Secret Kyoto trip", "koicha-whisper")
+
+
+def test_forget_leaves_no_plaintext_in_the_sqlite_file_its_wal_or_the_key_file(
+    sqlite_url: str,
+) -> None:
+    with open_store(sqlite_url, encrypt=True) as store:
+        gone = _converse(store, PHRASES[1], f"the passphrase is {PHRASES[0]}", PHRASES[2])
+        store.service.retitle(gone, f"{PHRASES[1]} again")
+        kept = _converse(store, "other trip", "keep this passage around")
+        index = _index(store)
+        assert index.search("zebra") and index.search("koicha")
+        key = store.ciphers.keys.key(gone, create=False)  # type: ignore[union-attr]
+        assert key is not None
+        before = {
+            phrase: any(phrase.encode() in b for b in _files(sqlite_url).values())
+            for phrase in PHRASES
+        }
+        assert all(before.values())  # the index and catalogue held them in clear
+        kept_events = list(store.service.events(kept))
+
+        on = forgetting.forget(store, gone, reason="asked to be forgotten")
+
+        files = _files(sqlite_url)  # while the store is still open: the WAL is there
+        for name, data in files.items():
+            for phrase in PHRASES:
+                assert phrase.encode() not in data, (name, phrase)
+            assert key not in data, name
+        assert store.ciphers.keys.key(gone, create=False) is None  # type: ignore[union-attr]
+        assert index.search("zebra") == [] and index.search("koicha") == []
+        assert [h.conversation_id for h in index.search("passage")] == [kept]
+        assert list(store.service.events(kept)) == kept_events
+        assert [s.id for s in store.service.list()] == [kept]
+        with pytest.raises(ConversationForgotten) as said:
+            list(store.service.events(gone))
+        assert said.value.on == on
+        with pytest.raises(ConversationForgotten):
+            store.service.add_user_input(gone, [UserMessage(blocks=("more",))])
+        assert verify(store, None).intact
+    assert cli.main(["--db", sqlite_url, "verify", "--all"]) == 0
+
+
+@pytest.mark.postgres
+def test_forget_leaves_no_postgres_row_holding_the_text(postgres_url: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    open_store(postgres_url, encrypt=True).close()
+    location = parse_location(postgres_url)
+    assert isinstance(location, PostgresLocation)
+    try:
+        with open_store(postgres_url) as store:
+            gone = _converse(store, PHRASES[1], PHRASES[0], PHRASES[2])
+            kept = _converse(store, "other", "keep this passage")
+            index = _index(store)
+            key = store.ciphers.keys.key(gone, create=False)  # type: ignore[union-attr]
+            assert key is not None and index.search("zebra")
+            forgetting.forget(store, gone)
+            assert [h.conversation_id for h in index.search("passage")] == [kept]
+
+        def rows(dsn: str) -> str:
+            with psycopg.connect(dsn, autocommit=True) as connection:
+                tables = connection.execute(
+                    "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+                    (location.schema,),
+                ).fetchall()
+                texts = []
+                for (table,) in tables:
+                    query = sql.SQL("SELECT t::text FROM {}.{} t").format(
+                        sql.Identifier(location.schema), sql.Identifier(table)
+                    )
+                    texts += [row[0] for row in connection.execute(query)]
+            return "\n".join(texts)
+
+        events, keys = rows(location.dsn), rows(keys_dsn(location.dsn))
+        for phrase in PHRASES:
+            assert phrase not in events and phrase.encode().hex() not in events
+        assert key.hex() not in keys and str(gone) not in keys
+        assert "keep this passage" in events  # the other conversation's index rows stay
+    finally:
+        drop_key_schema(postgres_url)
+
+
+def test_forget_refuses_a_plain_store_and_writes_nothing(
+    sqlite_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with open_store(sqlite_url) as store:
+        cid = _converse(store, "t", "hello")
+        head = store.recorder.max_notification_id()
+    assert cli.main(["--db", sqlite_url, "forget", str(cid)]) == 2
+    assert "convstore migrate --encrypt" in capsys.readouterr().err
+    with open_store(sqlite_url) as store:
+        assert store.recorder.max_notification_id() == head
+        assert len(list(store.service.events(cid))) == 3
+
+
+def test_forget_beside_a_live_writer_is_refused_and_writes_nothing(encrypted: Store) -> None:
+    service = encrypted.service
+    cid = _converse(encrypted, "t", "hi")
+    service.append(
+        cid,
+        [
+            ResponseStarted(
+                response_id=ResponseId("r1"), provider="anthropic", writer=service.writer
+            )
+        ],
+    )
+    head = encrypted.recorder.max_notification_id()
+    with pytest.raises(ResponseBeingWritten):
+        forgetting.forget(encrypted, cid)
+    assert encrypted.recorder.max_notification_id() == head
+    assert len(list(service.events(cid))) == 4  # readable: its key is kept
+    assert forgetting.finish_pending(encrypted) == []
+
+
+def test_a_crash_after_the_commit_point_is_finished_by_the_next_writer(
+    encrypted_url: str,
+) -> None:
+    with open_store(encrypted_url) as store:
+        cid = _converse(store, "t", "a crash-surviving phrase")
+        _index(store)
+        forgetting._intent(store.recorder, cid, add=True)
+        store.service.forget(cid, reason="crash test")  # the commit point, then the "crash"
+    with open_store(encrypted_url, read_only=True) as reader:
+        with pytest.raises(ConversationForgotten):  # forgotten already, key or not
+            list(reader.service.events(cid))
+        assert reader.ciphers.keys.key(cid, create=False) is not None  # type: ignore[union-attr]
+    with open_store(encrypted_url) as writer:  # the next writer finishes it
+        assert writer.ciphers.keys.key(cid, create=False) is None  # type: ignore[union-attr]
+        assert SearchIndex(writer.recorder).search("phrase") == []
+        assert forgetting.finish_pending(writer) == []
+        assert verify(writer, cid).intact
+
+
+def test_a_crash_before_the_commit_point_leaves_the_conversation_whole(
+    encrypted_url: str,
+) -> None:
+    with open_store(encrypted_url) as store:
+        cid = _converse(store, "t", "still here")
+        forgetting._intent(store.recorder, cid, add=True)  # then the "crash"
+    with open_store(encrypted_url) as writer:
+        assert [e.blocks for e in writer.service.events(cid) if isinstance(e, UserMessage)] == [
+            ("still here",)
+        ]
+        assert writer.ciphers.keys.key(cid, create=False) is not None  # type: ignore[union-attr]
+        assert forgetting.finish_pending(writer) == []
+
+
+def test_forgetting_a_parent_hides_the_prefix_its_fork_reads(encrypted: Store) -> None:
+    service = encrypted.service
+    parent = _converse(encrypted, "parent", "the parent's words")
+    fork = service.fork(parent, at=3)
+    service.add_user_input(fork, [UserMessage(blocks=("the fork's own words",))])
+    assert len(service.history(fork)) == 6
+    forgetting.forget(encrypted, parent)
+    reading = service.history(fork)
+    texts = [e.blocks for e in reading if isinstance(e, UserMessage)]
+    assert texts == [("the fork's own words",)]
+    service.add_user_input(fork, [UserMessage(blocks=("and it goes on",))])
+
+
+# --- the command line ---------------------------------------------------------------------------
+
+
+def _json(command: str, out: str) -> Any:
+    data = json.loads(out)
+    schema = json.loads((SCHEMAS / f"{command}.schema.json").read_text())
+    jsonschema.Draft202012Validator(
+        schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
+    ).validate(data)
+    return data
+
+
+def test_forget_on_the_command_line(
+    sqlite_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("CONVSTORE_CONFIG", "CONVSTORE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    examples = Path(__file__).resolve().parents[1] / "examples" / "anthropic"
+    capture = examples / "web_search_citations"
+    ingest = ["ingest", "--provider", "anthropic", "--request", str(capture / "1.request.json")]
+    db = ["--db", sqlite_url]
+    assert (
+        cli.main(
+            [*db, *ingest, "--cfg", "store.encrypt=true", str(capture / "1.response.sse"), "--json"]
+        )
+        == 0
+    )
+    cid = json.loads(capsys.readouterr().out)["conversation_id"]
+    with open_store(sqlite_url) as store:
+        other = _converse(store, "other", "a second one")
+        store.service.relabel(other, add=["keep"])
+
+    assert cli.main([*db, "forget", "--all", "--dry-run", "--json"]) == 0
+    data = _json("forget", capsys.readouterr().out)
+    assert data["dry_run"] and data["count"] == 2
+    assert all(item["forgotten_on"] is None for item in data["conversations"])
+    assert cli.main([*db, "forget", "--all"]) == 2  # off a terminal: --yes or nothing
+    assert "--yes" in capsys.readouterr().err
+    assert cli.main([*db, "forget", "--older-than", "90d", "--yes", "--json"]) == 0
+    assert _json("forget", capsys.readouterr().out)["count"] == 0  # all of them are new
+    assert cli.main([*db, "forget", "--older-than", "soon"]) == 2
+    capsys.readouterr()
+
+    assert cli.main([*db, "forget", cid, "--reason", "asked", "--json"]) == 0
+    data = _json("forget", capsys.readouterr().out)
+    assert [item["conversation_id"] for item in data["conversations"]] == [cid]
+    day = data["conversations"][0]["forgotten_on"][:10]
+    for reading in (
+        ["show", cid],
+        ["export", cid, "--format", "md"],
+        ["replay", cid, "--to", "openai"],
+        ["audit", cid],
+    ):
+        assert cli.main([*db, *reading]) == 0, reading
+        out = capsys.readouterr().out
+        assert out == f"conversation {cid} was forgotten on {day}\n", reading
+    assert cli.main([*db, "show", cid, "--json"]) == 0
+    assert _json("forget", capsys.readouterr().out)["forgotten_on"][:10] == day
+    assert cli.main([*db, *ingest, str(capture / "1.response.sse")]) == 2
+    assert "was forgotten" in capsys.readouterr().err
+    assert cli.main([*db, "search", "matcha"]) == 0
+    assert "no matches" in capsys.readouterr().err
+    assert cli.main([*db, "forget", cid]) == 0  # again: the cleanup, idempotent
+    capsys.readouterr()
+    assert cli.main([*db, "forget", "--label", "keep", "--yes", "--json"]) == 0
+    data = _json("forget", capsys.readouterr().out)
+    assert [item["conversation_id"] for item in data["conversations"]] == [str(other)]
+    assert cli.main([*db, "verify", "--all"]) == 0
