@@ -124,6 +124,7 @@ def open_store(
         snapshot_every=snapshot_every,
         cache_size=cache_size,
         unseal=None if ciphers is None else ciphers.unseal,
+        ciphers=ciphers,
     )
     service = ConversationService(
         repository,

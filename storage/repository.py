@@ -42,7 +42,7 @@ from convstore.domain.errors import (
 from convstore.domain.errors import IntegrityError as UnreadableEvent
 from convstore.domain.events import EPOCH, Event, Forgotten, ResponseStarted, Started
 from convstore.domain.sealing import UNSEALED
-from convstore.domain.service import ConversationFilter, ConversationSummary
+from convstore.domain.service import Ciphers, ConversationFilter, ConversationSummary
 from convstore.domain.settled import ActivityState, SettledItems, StoredResponse
 from convstore.domain.state import ConversationState, copy_state, forked, settle
 from convstore.domain.vocabulary import ConversationId
@@ -203,6 +203,7 @@ class EventRepository:
         cache_size: int = 0,
         cache_entries: int = DEFAULT_CACHE_ENTRIES,
         unseal: Callable[[bytes], bytes] | None = None,
+        ciphers: Ciphers | None = None,
     ) -> None:
         self.recorder = recorder
         self.mapper = mapper or EventMapper()
@@ -213,6 +214,9 @@ class EventRepository:
         """Stored bytes → the typed event, its content unsealed on an encrypted store."""
         self.sealed_only = unseal is not None
         """Whether `save` refuses events not sealed (an encrypted store: never half on)."""
+        self.ciphers = ciphers
+        """On an encrypted store, what gives each loaded aggregate its cipher (as the
+        service does), so an aggregate loaded here can record and be saved."""
         self.snapshot_every = snapshot_every
         self.cache_size = cache_size
         """How many conversations' states to keep; 0 (the default here) keeps none, so
@@ -237,8 +241,15 @@ class EventRepository:
             self._cache_weight = 0
 
     def load(self, conversation_id: ConversationId) -> Conversation:
-        """The conversation as of its newest event; raises ConversationNotFound. A fork
-        starts from its parent's state at the fork point (`domain.state.forked`)."""
+        """The conversation as of its newest event, with its cipher on an encrypted store;
+        raises ConversationNotFound, ConversationForgotten. A fork starts from its
+        parent's state at the fork point (`domain.state.forked`)."""
+        conversation = self._load(conversation_id)
+        if self.ciphers is not None:
+            conversation.cipher = self.ciphers.cipher(conversation_id)
+        return conversation
+
+    def _load(self, conversation_id: ConversationId) -> Conversation:
         if self.cache_size:
             cached = self._cached(conversation_id)
             if cached is not None:

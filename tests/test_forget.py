@@ -421,3 +421,44 @@ def test_forget_on_the_command_line(
     data = _json("forget", capsys.readouterr().out)
     assert [item["conversation_id"] for item in data["conversations"]] == [str(other)]
     assert cli.main([*db, "verify", "--all"]) == 0
+
+
+# --- the aggregate ------------------------------------------------------------------------------
+
+
+@given(
+    texts=st.lists(st.text(max_size=20), max_size=4),
+    after=st.sampled_from(("UserMessage", "Retitled", "Forgotten", "Started")),
+)
+def test_nothing_follows_a_forgotten_and_a_refusal_changes_nothing(
+    texts: list[str], after: str
+) -> None:
+    from convstore.domain import Conversation, Retitled, Started
+    from convstore.domain.events import Forgotten
+
+    conversation = Conversation.start("t")
+    for text in texts:
+        conversation.record(UserMessage(blocks=(text,)))
+    forgotten = conversation.record(Forgotten(reason="why"))
+    assert conversation.state.forgotten_on == forgotten.timestamp
+    draft = {
+        "UserMessage": UserMessage(blocks=("more",)),
+        "Retitled": Retitled(title="new"),
+        "Forgotten": Forgotten(),
+        "Started": Started(),
+    }[after]
+    version, head = conversation.version, conversation.state.head
+    with pytest.raises(ConversationForgotten, match="was forgotten on"):
+        conversation.record(draft)
+    assert (conversation.version, conversation.state.head) == (version, head)
+
+
+def test_a_forgotten_is_refused_inside_a_response() -> None:
+    from convstore.domain import Conversation
+    from convstore.domain.errors import ResponseStillOpen
+    from convstore.domain.events import Forgotten
+
+    conversation = Conversation.start("t")
+    conversation.record(ResponseStarted(response_id=ResponseId("r"), provider="anthropic"))
+    with pytest.raises(ResponseStillOpen):
+        conversation.record(Forgotten())
