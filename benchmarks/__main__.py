@@ -24,6 +24,7 @@ from pathlib import Path
 
 from benchmarks import (
     decoding,
+    encryption,
     importing,
     live,
     mapper,
@@ -49,6 +50,7 @@ FAMILIES: dict[str, Callable[[Sizes, Path], list[Figure]]] = {
     "startup": startup.startup_figures,
     "peers": peers.peers_figures,
     "import": importing.importing_figures,
+    "encryption": encryption.encryption_figures,
 }
 
 

@@ -48,7 +48,13 @@ def seal(event: E, prev_hash: str, cipher: Cipher | None = None) -> tuple[E, byt
     )
     canonical = _encode(unsealed)
     if cipher is not None:
-        canonical = seal_canonical(canonical, cipher)
+        canonical = seal_canonical(
+            canonical,
+            cipher,
+            type(event).__name__,
+            str(event.originator_id),
+            event.originator_version,
+        )
     own = digest(prev_hash, canonical)
     links = b',"prev_hash":%s,"hash":"%s"}' % (_encode(prev_hash), own.encode("ascii"))
     if not prev_hash:  # a first event's, left out as the struct's default is

@@ -15,8 +15,6 @@ from typing import Final, Protocol
 
 import msgspec
 
-from convstore.domain.errors import IntegrityError
-
 SEALED: Final = "sealed"
 """The stored field holding the ciphertext."""
 
@@ -47,16 +45,6 @@ _split = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
 _encode = msgspec.json.Encoder().encode
 
 
-class _Sealed(msgspec.Struct):
-    sealed: bytes | None = None
-    type: str = ""
-    originator_id: str = ""
-    originator_version: int = 0
-
-
-_sealed_part = msgspec.json.Decoder(_Sealed).decode
-
-
 class Cipher(Protocol):
     """Authenticated encryption under one conversation's data key."""
 
@@ -75,54 +63,78 @@ def identity(kind: str, originator_id: str, version: int) -> bytes:
     return b"%s\n%s\n%d" % (kind.encode(), originator_id.encode(), version)
 
 
-def seal_canonical(canonical: bytes, cipher: Cipher) -> bytes:
-    """The sealed canonical encoding of an event's canonical encoding (no hash fields)."""
-    fields = _split(canonical)
-    kind = msgspec.json.decode(bytes(fields["type"]), type=str)
+def seal_canonical(
+    canonical: bytes, cipher: Cipher, kind: str, originator: str, version: int
+) -> bytes:
+    """The sealed canonical encoding of event `originator`/`version` of type `kind`, from
+    its canonical encoding (no hash fields): the clear fields, then `sealed` last."""
     if kind in UNSEALED:
         return canonical
-    clear = {name: raw for name, raw in fields.items() if name in CLEAR}
-    secret = b"{%s}" % b",".join(
-        _encode(name) + b":" + bytes(raw) for name, raw in fields.items() if name not in CLEAR
-    )
-    originator = msgspec.json.decode(bytes(fields["originator_id"]), type=str)
-    version = msgspec.json.decode(bytes(fields["originator_version"]), type=int)
-    sealed = cipher.encrypt(secret, identity(kind, originator, version))
-    parts = [_encode(name) + b":" + bytes(raw) for name, raw in clear.items()]
-    parts.append(_encode(SEALED) + b":" + _encode(sealed))
-    return b"{%s}" % b",".join(parts)
+    clear: list[bytes] = []
+    secret: list[bytes] = []
+    for name, raw in _split(canonical).items():
+        (clear if name in CLEAR else secret).append(_encode(name) + b":" + bytes(raw))
+    sealed = cipher.encrypt(b"{%s}" % b",".join(secret), identity(kind, originator, version))
+    clear.append(b'"sealed":' + _encode(sealed))
+    return b"{%s}" % b",".join(clear)
 
 
-def sealed_kind(stored: bytes) -> str | None:
-    """The event type of stored bytes holding sealed content; None when none is sealed
-    (or the bytes are not an event's)."""
+class SealedPart(msgspec.Struct):
+    """What opening a sealed event needs: its ciphertext and its identity."""
+
+    sealed: bytes | None = None
+    type: str = ""
+    originator_id: str = ""
+    originator_version: int = 0
+
+
+_sealed_part = msgspec.json.Decoder(SealedPart).decode
+
+
+def sealed_part(stored: bytes) -> SealedPart | None:
+    """The sealed part of stored event bytes; None when nothing is sealed (or the bytes
+    are not an event's)."""
     if b'"sealed":"' not in stored:
         return None
     try:
         part = _sealed_part(stored)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
-    return part.type if part.sealed is not None else None
+    return part if part.sealed is not None else None
+
+
+def sealed_kind(stored: bytes) -> str | None:
+    """The event type of stored bytes holding sealed content; None when none is sealed."""
+    part = sealed_part(stored)
+    return None if part is None else part.type
+
+
+def unseal_part(stored: bytes, part: SealedPart, cipher: Cipher) -> bytes:
+    """Stored bytes with their sealed `part` decrypted back into their fields; raises
+    IntegrityError when it does not decrypt."""
+    assert part.sealed is not None
+    # `identity` and `strip` inlined: this runs once per event of every encrypted read.
+    secret = cipher.decrypt(
+        part.sealed,
+        b"%s\n%s\n%d" % (part.type.encode(), part.originator_id.encode(), part.originator_version),
+    )
+    start = stored.find(b',"sealed":"')
+    end = stored.index(b'"', start + 11) + 1
+    if secret == b"{}":
+        return stored[:start] + stored[end:]
+    return b"%s%s,%s" % (stored[:start], stored[end:-1], secret[1:])
 
 
 def unseal(stored: bytes, cipher: Cipher) -> bytes:
-    """Stored bytes with the sealed content decrypted back into its fields (the bytes
-    unchanged when nothing is sealed); raises IntegrityError when it does not decrypt."""
-    try:
-        part = _sealed_part(stored)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as error:
-        raise IntegrityError(f"stored event is not an event: {error}") from None
-    if part.sealed is None:
-        return stored
-    secret = cipher.decrypt(
-        part.sealed, identity(part.type, part.originator_id, part.originator_version)
-    )
-    return strip(stored)[:-1] + b"," + secret[1:] if secret != b"{}" else strip(stored)
+    """Stored bytes with the sealed content decrypted (unchanged when nothing is sealed)."""
+    part = sealed_part(stored)
+    return stored if part is None else unseal_part(stored, part, cipher)
 
 
 def strip(stored: bytes) -> bytes:
     """Stored bytes without their sealed field: the clear fields alone."""
-    fields = _split(stored)
-    return b"{%s}" % b",".join(
-        _encode(name) + b":" + bytes(raw) for name, raw in fields.items() if name != SEALED
-    )
+    start = stored.find(b',"sealed":"')
+    if start < 0:
+        return stored
+    end = stored.index(b'"', start + 11) + 1  # base64 holds no quote
+    return stored[:start] + stored[end:]

@@ -14,11 +14,9 @@ import threading
 from typing import Any
 from uuid import UUID
 
-import msgspec
-
 from convstore.domain.errors import ConfigurationError, ConversationForgotten, IntegrityError
 from convstore.domain.events import EPOCH
-from convstore.domain.sealing import Cipher, unseal
+from convstore.domain.sealing import Cipher, sealed_part, unseal_part
 from convstore.domain.vocabulary import ConversationId
 from convstore.storage.keys import KeyStore
 
@@ -43,10 +41,14 @@ def _aesgcm() -> Any:
 class AESGCMCipher:
     """AES-256-GCM under one data key."""
 
-    __slots__ = ("_aead",)
+    __slots__ = ("_aead", "_decrypt", "_invalid")
 
     def __init__(self, key: bytes) -> None:
+        from cryptography.exceptions import InvalidTag
+
         self._aead = _aesgcm()(key)
+        self._decrypt = self._aead.decrypt
+        self._invalid = (InvalidTag, ValueError)
 
     def encrypt(self, plaintext: bytes, associated: bytes) -> bytes:
         """A fresh nonce, then the ciphertext and its tag."""
@@ -55,16 +57,15 @@ class AESGCMCipher:
 
     def decrypt(self, ciphertext: bytes, associated: bytes) -> bytes:
         """The plaintext; raises IntegrityError for a changed or moved ciphertext."""
-        from cryptography.exceptions import InvalidTag
-
         try:
-            return bytes(
-                self._aead.decrypt(ciphertext[:NONCE_BYTES], ciphertext[NONCE_BYTES:], associated)
+            plain: bytes = self._decrypt(
+                ciphertext[:NONCE_BYTES], ciphertext[NONCE_BYTES:], associated
             )
-        except (InvalidTag, ValueError):
+        except self._invalid:
             raise IntegrityError(
                 "sealed content does not decrypt: it was changed, or moved from another event"
             ) from None
+        return plain
 
 
 class StoreCiphers:
@@ -74,6 +75,8 @@ class StoreCiphers:
         self.keys = keys
         self.read_only = read_only
         self._ciphers: dict[UUID, AESGCMCipher] = {}
+        self._opened: dict[str, AESGCMCipher] = {}
+        """The same ciphers by the id as events print it (`unseal`'s fast path)."""
         self._guard = threading.Lock()
         _aesgcm()  # a missing extra is said when the store opens
 
@@ -106,38 +109,29 @@ class StoreCiphers:
         """Stored bytes with their content decrypted (unchanged when nothing is sealed);
         raises KeyDestroyed when the conversation's key is gone, IntegrityError when the
         content does not decrypt."""
-        if b'"sealed":"' not in state:
+        part = sealed_part(state)
+        if part is None:
             return state
-        originator = _originator(state)
-        cipher = self._find(originator, create=False) if originator is not None else None
+        cipher = self._opened.get(part.originator_id)
         if cipher is None:
-            raise KeyDestroyed(
-                f"conversation {originator} has no data key: it was forgotten",
-                conversation_id=originator or UUID(int=0),
-                on=EPOCH,
-            )
-        return unseal(state, cipher)
+            originator = UUID(part.originator_id)
+            cipher = self._find(originator, create=False)
+            if cipher is None:
+                raise KeyDestroyed(
+                    f"conversation {originator} has no data key: it was forgotten",
+                    conversation_id=originator,
+                    on=EPOCH,
+                )
+            self._opened[part.originator_id] = cipher
+        return unseal_part(state, part, cipher)
 
     def destroy(self, conversation_id: UUID) -> None:
         """Destroy the conversation's key (idempotent) and drop it from memory."""
         with self._guard:
             self._ciphers.pop(conversation_id, None)
+            self._opened.pop(str(conversation_id), None)
         self.keys.destroy(conversation_id)
 
     def close(self) -> None:
         """Close the key store."""
         self.keys.close()
-
-
-class _Id(msgspec.Struct):
-    originator_id: UUID | None = None
-
-
-_read_id = msgspec.json.Decoder(_Id).decode
-
-
-def _originator(state: bytes) -> UUID | None:
-    try:
-        return _read_id(state).originator_id
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
