@@ -19,7 +19,7 @@ intent); one after it leaves it forgotten, and `finish_pending` does steps 3 to 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 from uuid import UUID
@@ -106,7 +106,18 @@ def require_encrypted(store: Store) -> None:
         )
 
 
-def forget(store: Store, conversation_id: ConversationId, *, reason: str = "") -> datetime:
+Step = Callable[[str], None]
+"""Called after each step of a forget with its name (`STEPS`): the kill -9 tests' hook."""
+STEPS: Final = ("intent", "committed", "key", "index", "derived", "scrubbed", "done")
+
+
+def forget(
+    store: Store,
+    conversation_id: ConversationId,
+    *,
+    reason: str = "",
+    step: Step | None = None,
+) -> datetime:
     """Forget one conversation (the module's steps); returns when it was forgotten.
     Already forgotten: the cleanup is finished again. Raises NotEncrypted (exit 2) on a
     plain store, ResponseBeingWritten while a live writer holds a response open, both
@@ -114,7 +125,9 @@ def forget(store: Store, conversation_id: ConversationId, *, reason: str = "") -
     require_encrypted(store)
     finish_pending(store)
     recorder = store.recorder
+    done = step or _nothing
     _intent(recorder, conversation_id, add=True)
+    done("intent")
     try:
         on = store.service.forget(conversation_id, reason=reason).timestamp
     except ConversationForgotten as already:
@@ -122,22 +135,30 @@ def forget(store: Store, conversation_id: ConversationId, *, reason: str = "") -
     except BaseException:
         _intent(recorder, conversation_id, add=False)
         raise
-    finish(store, [conversation_id])
+    done("committed")
+    finish(store, [conversation_id], step=step)
     return on
 
 
-def finish(store: Store, conversation_ids: Sequence[UUID]) -> None:
+def _nothing(name: str) -> None:
+    """No step hook."""
+
+
+def finish(store: Store, conversation_ids: Sequence[UUID], *, step: Step | None = None) -> None:
     """Destroy the keys of forgotten conversations and delete their derived rows
     (steps 3 to 5); idempotent."""
     from convstore.projections.search import SearchIndex
 
     recorder = store.recorder
+    done = step or _nothing
     assert store.ciphers is not None
     for conversation_id in conversation_ids:
         store.ciphers.destroy(conversation_id)
     store.repository.drop_cached(conversation_ids)
+    done("key")
     index = SearchIndex(recorder)
     index.forget_conversations(conversation_ids)
+    done("index")
     mark = _mark(recorder)
     with recorder.view_transaction("forgetting") as cursor:
         for conversation_id in conversation_ids:
@@ -145,9 +166,12 @@ def finish(store: Store, conversation_ids: Sequence[UUID]) -> None:
             for table in DERIVED:
                 if recorder.has_table(table):
                     cursor.execute(f"DELETE FROM {table} WHERE {_COLUMN[table]} = {mark}", (key,))
+    done("derived")
     recorder.scrub(["search_rows", *DERIVED])
+    done("scrubbed")
     for conversation_id in conversation_ids:
         _intent(recorder, conversation_id, add=False)
+    done("done")
 
 
 def finish_pending(store: Store) -> list[UUID]:

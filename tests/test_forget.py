@@ -462,3 +462,72 @@ def test_a_forgotten_is_refused_inside_a_response() -> None:
     conversation.record(ResponseStarted(response_id=ResponseId("r"), provider="anthropic"))
     with pytest.raises(ResponseStillOpen):
         conversation.record(Forgotten())
+
+
+# --- kill -9 at each step of forget -------------------------------------------------------------
+
+_CHILD = """
+import os, sys, time
+from convstore.storage import open_store, forgetting
+from convstore.domain.vocabulary import ConversationId
+from uuid import UUID
+url, cid, target = sys.argv[1], ConversationId(UUID(sys.argv[2])), sys.argv[3]
+def step(name):
+    print(name, flush=True)
+    if name == target:
+        time.sleep(60)  # the parent kills it here
+store = open_store(url)
+forgetting.forget(store, cid, reason="killed", step=step)
+"""
+
+
+@pytest.mark.parametrize("target", forgetting.STEPS)
+def test_kill_9_at_each_step_of_forget(encrypted_url: str, target: str) -> None:
+    """The conversation is whole when no Forgotten was committed, forgotten otherwise; the
+    next writer open finishes the cleanup."""
+    import signal
+    import subprocess
+    import sys
+
+    with open_store(encrypted_url) as store:
+        cid = _converse(store, PHRASES[1], PHRASES[0])
+        kept = _converse(store, "other", "a surviving passage")
+        _index(store)
+        key = store.ciphers.keys.key(cid, create=False)  # type: ignore[union-attr]
+    assert key is not None
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, encrypted_url, str(cid), target],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    seen = []
+    for line in child.stdout:
+        seen.append(line.strip())
+        if seen[-1] == target:
+            break
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=30)
+    assert seen == list(forgetting.STEPS[: forgetting.STEPS.index(target) + 1])
+
+    committed = target != "intent"
+    with open_store(encrypted_url, read_only=True) as reader:
+        if committed:
+            with pytest.raises(ConversationForgotten):
+                list(reader.service.events(cid))
+        else:
+            assert any(isinstance(e, UserMessage) for e in reader.service.events(cid))
+    with open_store(encrypted_url) as writer:  # the next writer finishes what was cut
+        keys = writer.ciphers.keys  # type: ignore[union-attr]
+        assert (keys.key(cid, create=False) is None) is committed
+        assert keys.key(kept, create=False) is not None
+        assert bool(SearchIndex(writer.recorder).search("zebra")) is not committed
+        assert [h.conversation_id for h in SearchIndex(writer.recorder).search("passage")] == [kept]
+        assert verify(writer, None).intact
+        assert forgetting.finish_pending(writer) == []
+        if committed and encrypted_url.startswith("sqlite"):
+            for name, data in _files(encrypted_url).items():
+                assert PHRASES[0].encode() not in data and key not in data, name
+            db = sqlite3.connect(encrypted_url.removeprefix("sqlite:///"))
+            assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+            db.close()
