@@ -409,8 +409,9 @@ def test_forget_on_the_command_line(
         assert cli.main([*db, *reading]) == 0, reading
         out = capsys.readouterr().out
         assert out == f"conversation {cid} was forgotten on {day}\n", reading
-    assert cli.main([*db, "show", cid, "--json"]) == 0
-    assert _json("forget", capsys.readouterr().out)["forgotten_on"][:10] == day
+    for command in ("show", "audit"):
+        assert cli.main([*db, command, cid, "--json"]) == 0
+        assert _json(command, capsys.readouterr().out)["forgotten_on"][:10] == day
     assert cli.main([*db, *ingest, str(capture / "1.response.sse")]) == 2
     assert "was forgotten" in capsys.readouterr().err
     assert cli.main([*db, "search", "matcha"]) == 0
