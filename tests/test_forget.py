@@ -14,7 +14,7 @@ import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 import jsonschema
 import pytest
@@ -532,3 +532,57 @@ def test_kill_9_at_each_step_of_forget(encrypted_url: str, target: str) -> None:
             db = sqlite3.connect(encrypted_url.removeprefix("sqlite:///"))
             assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
             db.close()
+
+
+# --- migrate --encrypt --to ---------------------------------------------------------------------
+
+
+def _unchained(events: list[Any]) -> list[Any]:
+    import msgspec
+
+    return [msgspec.structs.replace(e, prev_hash="", hash="") for e in events]
+
+
+def test_migrate_encrypt_writes_an_encrypted_copy_with_both_heads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("CONVSTORE_CONFIG", "CONVSTORE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    plain, copy = f"sqlite:///{tmp_path / 'plain.db'}", f"sqlite:///{tmp_path / 'copy.db'}"
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    for provider, folder in (
+        ("anthropic", "web_search_citations"),
+        ("openai", "web_search_citations"),
+        ("google", "grounding_search_stream"),
+    ):
+        capture = examples / provider / folder
+        request, response = capture / "1.request.json", capture / "1.response.sse"
+        argv = ["--db", plain, "ingest", "--provider", provider, "--request", str(request)]
+        assert cli.main([*argv, str(response)]) == 0
+    with open_store(plain) as store:
+        ids = [s.id for s in store.service.list()]
+        store.service.retitle(ids[0], "Uji day trip")
+        fork = store.service.fork(ids[0], at=3)
+        store.service.add_user_input(fork, [UserMessage(blocks=("and then?",))])
+        before = {cid: store.recorder.select_states(cid) for cid in [*ids, fork]}
+        readings = {cid: _unchained(store.service.history(cid)) for cid in before}
+    capsys.readouterr()
+
+    assert cli.main(["--db", plain, "migrate", "--encrypt"]) == 2  # --to is needed
+    assert cli.main(["--db", plain, "migrate", "--encrypt", "--to", copy, "--json"]) == 0
+    data = _json("migrate", capsys.readouterr().out)
+    assert [c["conversation_id"] for c in data["conversations"]] == [str(c) for c in before]
+    with open_store(plain, read_only=True) as store:  # the source is only read
+        assert {cid: store.recorder.select_states(cid) for cid in before} == before
+        assert not store.encrypted
+    with open_store(copy) as store:
+        assert store.encrypted
+        for item in data["conversations"]:
+            cid = ConversationId(UUID(item["conversation_id"]))
+            assert _unchained(store.service.history(cid)) == readings[cid]
+            assert item["source_head"] == before[cid][-1][1].split(b'"hash":"')[-1][:64].decode()
+            assert item["head"] == store.service.get(cid).state.head != item["source_head"]
+        assert verify(store, None).intact
+        forgetting.forget(store, ids[1])
+    assert cli.main(["--db", plain, "migrate", "--encrypt", "--to", copy]) == 2  # not new
+    assert "holds conversations already" in capsys.readouterr().err
