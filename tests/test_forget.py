@@ -586,3 +586,21 @@ def test_migrate_encrypt_writes_an_encrypted_copy_with_both_heads(
         forgetting.forget(store, ids[1])
     assert cli.main(["--db", plain, "migrate", "--encrypt", "--to", copy]) == 2  # not new
     assert "holds conversations already" in capsys.readouterr().err
+
+
+def test_a_follower_purges_what_it_indexed_when_it_meets_the_forgotten_event(
+    encrypted: Store,
+) -> None:
+    """Followers elsewhere see the commit point in the log: the index drops the
+    conversation there, before any cleanup ran; a rebuild (`reindex`) skips it."""
+    gone = _converse(encrypted, "t", "an indexed zebra phrase")
+    kept = _converse(encrypted, "k", "a kept passage")
+    index = _index(encrypted)
+    assert index.search("zebra")
+    encrypted.service.forget(gone)  # the commit point alone: no cleanup yet
+    Follower(encrypted.recorder, index).catch_up()
+    assert index.search("zebra") == []
+    forgetting.finish_pending(encrypted)  # nothing pending: no intent was written
+    Follower(encrypted.recorder, index).rebuild()
+    assert index.search("zebra") == []
+    assert [h.conversation_id for h in index.search("passage")] == [kept]
