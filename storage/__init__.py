@@ -9,6 +9,7 @@ May import: `convstore.domain`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from types import TracebackType
@@ -46,6 +47,8 @@ class Store:
     service: ConversationService
     ciphers: StoreCiphers | None = None
     """Each conversation's cipher and the key store, on an encrypted store."""
+    purges: Sequence[forgetting.Purge] = ()
+    """What deletes a forgotten conversation's rows from the views (`storage.forgetting`)."""
 
     @property
     def encrypted(self) -> bool:
@@ -96,6 +99,7 @@ def open_store(
     read_only: bool = False,
     encrypt: bool = False,
     key_wrapper: KeyWrapper | None = None,
+    purges: Sequence[forgetting.Purge] = (),
 ) -> Store:
     """Open (creating if needed) the store at `url`; None means `CONVSTORE_URL` or the default.
 
@@ -109,7 +113,8 @@ def open_store(
     recorded in the store (`store_options`): from then on every open of it encrypts,
     whatever `encrypt` says, and a store holding plain events refuses it
     (ConfigurationError). Keys live apart (`storage.keys`), wrapped by `key_wrapper`.
-    A writer of an encrypted store finishes any forget a crash interrupted.
+    A writer of an encrypted store finishes any forget a crash interrupted, `purges`
+    included (the views' deletes of a forgotten conversation, `forgetting.Purge`).
     """
     location = parse_location(url)
     recorder = open_recorder(location, read_only=read_only)
@@ -132,7 +137,7 @@ def open_store(
         max_event_bytes=max_event_bytes,
         ciphers=ciphers,
     )
-    store = Store(location, recorder, repository, service, ciphers)
+    store = Store(location, recorder, repository, service, ciphers, tuple(purges))
     if ciphers is not None and not read_only:
         try:
             forgetting.finish_pending(store)

@@ -7,10 +7,11 @@ The order of operations, each step idempotent:
 2. the commit point: its `Forgotten` event appended (`ConversationService.forget`); from
    here on every reader treats it as forgotten;
 3. its data key destroyed in the key store (`storage.keys`);
-4. the derived data that holds its plaintext deleted: search index rows, catalogue row,
+4. the derived data that holds its plaintext deleted: the views' rows (the `purges` the
+   store was opened with, `Purge`), catalogue row,
    snapshots, settled items, prefix digests; then, on SQLite (every connection of an
-   encrypted store has `secure_delete` on), the FTS index merged and the WAL checkpointed
-   with TRUNCATE; on PostgreSQL the tables vacuumed;
+   encrypted store has `secure_delete` on), the WAL checkpointed with TRUNCATE; on
+   PostgreSQL the tables vacuumed;
 5. the intent removed.
 
 A crash before step 2 leaves the conversation readable (`finish_pending` drops the
@@ -106,6 +107,12 @@ def require_encrypted(store: Store) -> None:
         )
 
 
+Purge = Callable[["ConversationRecorder", Sequence[UUID]], None]
+"""Deletes forgotten conversations' rows from a projection's view, leaving no copy (the
+search index's `purge`): storage knows no projection, so `open_store(purges=...)` is
+handed them (the command line hands it the search index's). Without one, a view drops
+the rows itself when it processes the Forgotten events, as every follower does."""
+
 Step = Callable[[str], None]
 """Called after each step of a forget with its name (`STEPS`): the kill -9 tests' hook."""
 STEPS: Final = ("intent", "committed", "key", "index", "derived", "scrubbed", "done")
@@ -144,11 +151,14 @@ def _nothing(name: str) -> None:
     """No step hook."""
 
 
-def finish(store: Store, conversation_ids: Sequence[UUID], *, step: Step | None = None) -> None:
+def finish(
+    store: Store,
+    conversation_ids: Sequence[UUID],
+    *,
+    step: Step | None = None,
+) -> None:
     """Destroy the keys of forgotten conversations and delete their derived rows
     (steps 3 to 5); idempotent."""
-    from convstore.projections.search import SearchIndex
-
     recorder = store.recorder
     done = step or _nothing
     assert store.ciphers is not None
@@ -156,8 +166,8 @@ def finish(store: Store, conversation_ids: Sequence[UUID], *, step: Step | None 
         store.ciphers.destroy(conversation_id)
     store.repository.drop_cached(conversation_ids)
     done("key")
-    index = SearchIndex(recorder)
-    index.forget_conversations(conversation_ids)
+    for purge in store.purges:
+        purge(recorder, conversation_ids)
     done("index")
     mark = _mark(recorder)
     with recorder.view_transaction("forgetting") as cursor:
@@ -167,7 +177,7 @@ def finish(store: Store, conversation_ids: Sequence[UUID], *, step: Step | None 
                 if recorder.has_table(table):
                     cursor.execute(f"DELETE FROM {table} WHERE {_COLUMN[table]} = {mark}", (key,))
     done("derived")
-    recorder.scrub(["search_rows", *DERIVED])
+    recorder.scrub(DERIVED)
     done("scrubbed")
     for conversation_id in conversation_ids:
         _intent(recorder, conversation_id, add=False)

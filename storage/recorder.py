@@ -97,8 +97,8 @@ class ConversationRecorder(ApplicationRecorder, TrackingRecorder, ABC):
     @abstractmethod
     def scrub(self, tables: Sequence[str]) -> None:
         """After a forget's deletes: leave no old copy of deleted rows of `tables` in the
-        database's files (SQLite: merge the FTS index, checkpoint the WAL with TRUNCATE;
-        PostgreSQL: VACUUM them)."""
+        database's files (SQLite: checkpoint the WAL with TRUNCATE; PostgreSQL: VACUUM
+        them)."""
 
     @abstractmethod
     def applied_migrations(self) -> list[AppliedMigration]:

@@ -277,12 +277,9 @@ class SQLiteRecorder(ConversationRecorder):
             connection.execute("PRAGMA secure_delete=ON")
 
     def scrub(self, tables: Sequence[str]) -> None:
-        """Merge the FTS index (deleted entries dropped from its segments), then
-        checkpoint the WAL with TRUNCATE, so no frame keeps a deleted row."""
+        """Checkpoint the WAL with TRUNCATE, so no frame keeps a deleted row (with
+        `secure_delete` on, the deleted rows' bytes in the file are zeroed already)."""
         with translating():
-            with self._transaction() as cursor:
-                if _has_table(cursor, "search_fts"):
-                    cursor.execute("INSERT INTO search_fts (search_fts) VALUES ('optimize')")
             self._connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def close(self) -> None:

@@ -44,6 +44,8 @@ from convstore.storage.keys import keys_dsn
 from tests.conftest import BACKENDS
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "adapters" / "cli" / "schemas"
+PURGES = (SearchIndex.purge,)
+"""The command line's: a forgotten conversation leaves the search index at once."""
 
 
 def drop_key_schema(url: str) -> None:
@@ -77,7 +79,7 @@ def encrypted_url(request: pytest.FixtureRequest) -> Iterator[str]:
 
 @pytest.fixture
 def encrypted(encrypted_url: str) -> Iterator[Store]:
-    with open_store(encrypted_url) as store:
+    with open_store(encrypted_url, purges=PURGES) as store:
         yield store
 
 
@@ -198,7 +200,7 @@ PHRASES = ("zebra-umbrella-42", "Secret Kyoto trip", "koicha-whisper")
 def test_forget_leaves_no_plaintext_in_the_sqlite_file_its_wal_or_the_key_file(
     sqlite_url: str,
 ) -> None:
-    with open_store(sqlite_url, encrypt=True) as store:
+    with open_store(sqlite_url, encrypt=True, purges=PURGES) as store:
         gone = _converse(store, PHRASES[1], f"the passphrase is {PHRASES[0]}", PHRASES[2])
         store.service.retitle(gone, f"{PHRASES[1]} again")
         kept = _converse(store, "other trip", "keep this passage around")
@@ -243,7 +245,7 @@ def test_forget_leaves_no_postgres_row_holding_the_text(postgres_url: str) -> No
     location = parse_location(postgres_url)
     assert isinstance(location, PostgresLocation)
     try:
-        with open_store(postgres_url) as store:
+        with open_store(postgres_url, purges=PURGES) as store:
             gone = _converse(store, PHRASES[1], PHRASES[0], PHRASES[2])
             kept = _converse(store, "other", "keep this passage")
             index = _index(store)
@@ -319,7 +321,7 @@ def test_a_crash_after_the_commit_point_is_finished_by_the_next_writer(
         with pytest.raises(ConversationForgotten):  # forgotten already, key or not
             list(reader.service.events(cid))
         assert reader.ciphers.keys.key(cid, create=False) is not None  # type: ignore[union-attr]
-    with open_store(encrypted_url) as writer:  # the next writer finishes it
+    with open_store(encrypted_url, purges=PURGES) as writer:  # the next writer finishes it
         assert writer.ciphers.keys.key(cid, create=False) is None  # type: ignore[union-attr]
         assert SearchIndex(writer.recorder).search("phrase") == []
         assert forgetting.finish_pending(writer) == []
@@ -477,7 +479,8 @@ def step(name):
     print(name, flush=True)
     if name == target:
         time.sleep(60)  # the parent kills it here
-store = open_store(url)
+from convstore.projections.search import SearchIndex
+store = open_store(url, purges=(SearchIndex.purge,))
 forgetting.forget(store, cid, reason="killed", step=step)
 """
 
@@ -518,7 +521,7 @@ def test_kill_9_at_each_step_of_forget(encrypted_url: str, target: str) -> None:
                 list(reader.service.events(cid))
         else:
             assert any(isinstance(e, UserMessage) for e in reader.service.events(cid))
-    with open_store(encrypted_url) as writer:  # the next writer finishes what was cut
+    with open_store(encrypted_url, purges=PURGES) as writer:  # it finishes what was cut
         keys = writer.ciphers.keys  # type: ignore[union-attr]
         assert (keys.key(cid, create=False) is None) is committed
         assert keys.key(kept, create=False) is not None
