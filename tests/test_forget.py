@@ -607,3 +607,83 @@ def test_a_follower_purges_what_it_indexed_when_it_meets_the_forgotten_event(
     Follower(encrypted.recorder, index).rebuild()
     assert index.search("zebra") == []
     assert [h.conversation_id for h in index.search("passage")] == [kept]
+
+
+# --- every reading, encrypted as plain ----------------------------------------------------------
+
+READINGS = (
+    ("show", "{id}"),
+    ("show", "{id}", "--json"),
+    ("export", "{id}", "--format", "md"),
+    ("export", "{id}", "--format", "json"),
+    ("export", "{id}", "--format", "otel"),
+    ("export", "{id}", "--format", "pydantic-ai"),
+    ("audit", "{id}", "--json"),
+    ("replay", "{id}", "--to", "anthropic", "--model", "claude-sonnet-4-5"),
+    ("replay", "{id}", "--to", "openai", "--model", "gpt-5.1", "--dry-run", "--json"),
+    ("replay", "{id}", "--to", "google", "--model", "gemini-2.5-flash"),
+)
+
+
+def _normalized(text: str, ids: list[str]) -> str:
+    import re
+
+    for n, cid in enumerate(ids):
+        text = text.replace(cid, f"<conversation {n}>").replace(cid.replace("-", ""), f"<c{n}>")
+        text = text.replace(cid[:8], f"<short {n}>")
+    text = re.sub(r"[0-9a-f]{64}", "<hash>", text)
+    text = re.sub(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(\.\d+)?", "<time>", text)
+    text = re.sub(r"\b\d{16,19}\b", "<nanos>", text)  # OTel's times
+    text = re.sub(r'"[0-9a-f]{16}"', '"<span>"', text)  # OTel's span ids: of event hashes
+    return re.sub(r'"pid":\d+,"started":[0-9.]+,"id":"[0-9a-f]+"', "<writer>", text)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_every_reading_of_an_encrypted_store_equals_the_plain_one(
+    backend: str,
+    request: pytest.FixtureRequest,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """The same captures recorded in a plain and an encrypted store read the same through
+    show, export (every format), audit, replay (each provider), search and list."""
+    for name in ("CONVSTORE_CONFIG", "CONVSTORE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    if backend == "sqlite":
+        urls = {"plain": f"sqlite:///{tmp_path / 'p.db'}", "enc": f"sqlite:///{tmp_path / 'e.db'}"}
+    else:
+        urls = {"plain": request.getfixturevalue("postgres_url")}
+        urls["enc"] = urls["plain"].replace("schema=", "schema=e")
+        from tests.conftest import _on_schema, drop_postgres_schema
+
+        _on_schema("CREATE SCHEMA {}", parse_location(urls["enc"]).schema)  # type: ignore[union-attr]
+        request.addfinalizer(lambda: drop_postgres_schema(parse_location(urls["enc"]).schema))  # type: ignore[union-attr]
+        request.addfinalizer(lambda: drop_key_schema(urls["enc"]))
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    readings = {}
+    for kind, url in urls.items():
+        cfg = ["--cfg", "store.encrypt=true"] if kind == "enc" else []
+        for provider, folder in (
+            ("anthropic", "web_search_citations"),
+            ("openai", "web_search_citations"),
+            ("google", "grounding_search_stream"),
+        ):
+            capture = examples / provider / folder
+            argv = ["--db", url, "ingest", *cfg, "--provider", provider]
+            argv += ["--request", str(capture / "1.request.json"), str(capture / "1.response.sse")]
+            assert cli.main(argv) == 0
+        capsys.readouterr()
+        with open_store(url, read_only=True) as store:
+            assert store.encrypted is (kind == "enc")
+            ids = [str(s.id) for s in store.service.list()]
+        outputs = []
+        for cid in ids:
+            for reading in READINGS:
+                code = cli.main(["--db", url, *(part.format(id=cid) for part in reading)])
+                outputs.append(f"{reading} {code}\n{capsys.readouterr().out}")
+        for extra in (["search", "matcha"], ["list"], ["verify", "--all"]):
+            code = cli.main(["--db", url, *extra])
+            outputs.append(f"{extra} {code}\n{capsys.readouterr().out}")
+        readings[kind] = _normalized("\n".join(outputs), ids)
+    assert readings["enc"] == readings["plain"]
