@@ -72,11 +72,19 @@ def seal_canonical(
         return canonical
     clear: list[bytes] = []
     secret: list[bytes] = []
+    keys = _KEYS
     for name, raw in _split(canonical).items():
-        (clear if name in CLEAR else secret).append(_encode(name) + b":" + bytes(raw))
+        key = keys.get(name)
+        if key is None:
+            key = keys[name] = _encode(name) + b":"
+        (clear if name in CLEAR else secret).append(key + raw)
     sealed = cipher.encrypt(b"{%s}" % b",".join(secret), identity(kind, originator, version))
     clear.append(b'"sealed":' + _encode(sealed))
     return b"{%s}" % b",".join(clear)
+
+
+_KEYS: dict[str, bytes] = {}
+"""Each field name's `"name":` prefix, encoded once."""
 
 
 class SealedPart(msgspec.Struct):
