@@ -44,7 +44,8 @@ bench-peers: install
 	$(BIN)/python -m benchmarks --only peers
 
 # The package as a user gets it: a wheel and an sdist built, the wheel installed into a
-# fresh venv (nothing of the checkout on its path), then `--version` and an ingest.
+# fresh venv (nothing of the checkout on its path), then `--version` and an ingest; then
+# with its `web` extra, `serve` (templates and stylesheet from the wheel).
 CAPTURE := examples/anthropic/web_search_citations
 package: $(BIN)/python
 	rm -rf dist .package
@@ -56,6 +57,8 @@ package: $(BIN)/python
 	cd .package && bin/convstore --db store.db ingest --provider anthropic \
 		--request ../$(CAPTURE)/1.request.json ../$(CAPTURE)/1.response.sse
 	cd .package && bin/convstore --db store.db list
+	.package/bin/python -m pip install -q --disable-pip-version-check "$$(ls dist/*.whl)[web]"
+	cd .package && bin/python ../tests/packaged_viewer.py
 
 clean:
 	rm -rf $(VENV) build dist .package .demo .pytest_cache .mypy_cache .ruff_cache

@@ -29,11 +29,13 @@ from benchmarks import (
     live,
     mapper,
     peers,
+    placing,
     postgres,
     proxy,
     search,
     startup,
     storage,
+    viewer,
 )
 from benchmarks.common import Figure, Sizes, render_table
 
@@ -47,9 +49,11 @@ FAMILIES: dict[str, Callable[[Sizes, Path], list[Figure]]] = {
     "decoding": decoding.decoding_figures,
     "live": live.live_figures,
     "proxy": proxy.proxy_figures,
+    "threading": placing.threading_figures,
     "startup": startup.startup_figures,
     "peers": peers.peers_figures,
     "import": importing.importing_figures,
+    "viewer": viewer.viewer_figures,
     "encryption": encryption.encryption_figures,
 }
 

@@ -1,8 +1,8 @@
-"""Figure 13 (issue 19): encryption on against off, same run, same drafts, SQLite.
+"""Figure 14 (issue 19): encryption on against off, same run, same drafts, SQLite.
 
-- 13a: append throughput: `service.append` of one response's ten events per call into an
+- 14a: append throughput: `service.append` of one response's ten events per call into an
   encrypted store against a plain one (goal: ≥ 0.8x);
-- 13b: replay time: `repository.load` (no snapshot, no cache) of one conversation of
+- 14b: replay time: `repository.load` (no snapshot, no cache) of one conversation of
   `replay_events` events, encrypted against plain (goal: ≤ 1.3x).
 """
 
@@ -22,7 +22,7 @@ def _store(path: Path, *, encrypt: bool, snapshot_every: int = 100) -> Store:
 
 
 def append_figure(sizes: Sizes, folder: Path) -> Figure:
-    """13a: encrypted appends against plain ones."""
+    """14a: encrypted appends against plain ones."""
     rounds, warmup = sizes.append_rounds, sizes.warmup
     stores = {
         "encrypted": _store(folder / "enc-append-on.db", encrypt=True),
@@ -42,7 +42,7 @@ def append_figure(sizes: Sizes, folder: Path) -> Figure:
         for store in stores.values():
             store.close()
     return Figure(
-        "13a",
+        "14a",
         "append one response (10 events), encryption on vs off",
         "service.append into an encrypted SQLite store (AES-256-GCM per conversation)",
         "service.append of the same drafts into a plain SQLite store",
@@ -57,7 +57,7 @@ def append_figure(sizes: Sizes, folder: Path) -> Figure:
 
 
 def replay_figure(sizes: Sizes, folder: Path) -> Figure:
-    """13b: loading an encrypted conversation against a plain one."""
+    """14b: loading an encrypted conversation against a plain one."""
     n = sizes.replay_events
     cid = workload.conversation_id(13)
     drafts = list(islice(chain.from_iterable(workload.turns(seed=2)), n - 1))
@@ -84,7 +84,7 @@ def replay_figure(sizes: Sizes, folder: Path) -> Figure:
         for store in stores.values():
             store.close()
     return Figure(
-        "13b",
+        "14b",
         f"replay {n:,} events, encryption on vs off",
         "repository.load of an encrypted conversation (no snapshot, no cache)",
         "repository.load of the same conversation in a plain store",
@@ -99,5 +99,5 @@ def replay_figure(sizes: Sizes, folder: Path) -> Figure:
 
 
 def encryption_figures(sizes: Sizes, folder: Path) -> list[Figure]:
-    """Figure 13: the cost of encryption."""
+    """Figure 14: the cost of encryption."""
     return [append_figure(sizes, folder), replay_figure(sizes, folder)]

@@ -42,7 +42,7 @@ from typing import Any
 import msgspec
 from eventsourcing.persistence import Notification, Subscription
 
-from convstore.domain.errors import IntegrityError
+from convstore.domain.errors import ConversationForgotten, IntegrityError
 from convstore.storage.errors import OperationalError, TrackingConflict
 from convstore.storage.mapper import EventMapper
 from convstore.storage.recorder import ConversationRecorder
@@ -148,7 +148,15 @@ class Follower:
         self.recorder = recorder
         self.projection = projection
         self.name = projection.name
-        self.decode = projection.decoder or (mapper or EventMapper()).decode
+        decode = projection.decoder or (mapper or EventMapper()).decode
+        unseal = recorder.unseal
+        if projection.decoder is None and unseal is not None:  # an encrypted store's
+            typed = decode
+
+            def decode(state: bytes) -> Any:
+                return typed(unseal(state))
+
+        self.decode = decode
         self.batch_size = batch_size
         self.linger = linger
         self.fault = fault
@@ -222,6 +230,8 @@ class Follower:
             expected = nid + 1
             try:
                 events.append((nid, decode(state)))
+            except ConversationForgotten:
+                continue  # its key is gone: nothing of it may be read
             except (IntegrityError, msgspec.DecodeError, RecursionError):
                 report.undecodable += 1
                 log.error(

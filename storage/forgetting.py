@@ -36,7 +36,7 @@ ENCRYPT_OPTION: Final = "encrypt"
 """The `store_options` row an encrypted store holds; its value names the cipher."""
 CIPHER_NAME: Final = "aes-256-gcm"
 
-DERIVED: Final = ("catalogue", "snapshots", "settled", "prefixes")
+DERIVED: Final = ("catalogue", "snapshots", "settled", "prefixes", "prefix_heads")
 """The store's tables besides the events that may hold a conversation's plaintext, with
 the column naming it (`_COLUMN`); the search index is the projection's own."""
 _COLUMN: Final = {
@@ -44,6 +44,7 @@ _COLUMN: Final = {
     "snapshots": "originator_id",
     "settled": "originator_id",
     "prefixes": "originator_id",
+    "prefix_heads": "originator_id",
 }
 
 

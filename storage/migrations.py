@@ -12,8 +12,8 @@ the schema it holds. The rules, as well-kept SQLite tools have them:
   re-checked under the lock so concurrent writers apply each exactly once.
 - **A reader never migrates.** A read-only reader reads a store that lacks only
   migrations that say readers can do without them (`readable_without`: `0002_responses`,
-  `0003_catalogue`, `0004_settled` and `0005_prefixes` each add a table the reader does
-  without); otherwise
+  `0003_catalogue`, `0004_settled`, `0005_prefixes` and `0006_prefix_heads` each add a
+  table the reader does without); otherwise
   it refuses,
   naming the migrations and `convstore migrate`.
 - **A newer store is refused.** A store that has applied a migration this version does not
@@ -355,6 +355,26 @@ _PREFIXES_POSTGRES: Final = (
 request continuing one is found by its prefixes' digests, never by a scan; `prefix_key`
 holds the store's key (made on first use), so a digest confirms no guessed content."""
 
+_PREFIX_HEADS_SQLITE: Final = (
+    "CREATE TABLE IF NOT EXISTS prefix_heads ("
+    " originator_id BLOB NOT NULL, version INTEGER NOT NULL, shift INTEGER NOT NULL,"
+    " digest BLOB NOT NULL, opaque BLOB NOT NULL, tail BLOB NOT NULL, provider TEXT NOT NULL,"
+    " PRIMARY KEY (originator_id, version)) WITHOUT ROWID",
+    "DELETE FROM prefixes",
+)
+_PREFIX_HEADS_POSTGRES: Final = (
+    "CREATE TABLE IF NOT EXISTS {s}.prefix_heads ("
+    " originator_id uuid NOT NULL, version bigint NOT NULL, shift bigint NOT NULL,"
+    " digest bytea NOT NULL, opaque bytea NOT NULL, tail bytea NOT NULL, provider text NOT NULL,"
+    " PRIMARY KEY (originator_id, version))",
+    "DELETE FROM {s}.prefixes",
+)
+"""Where the prefix index (`adapters.proxy.prefixes`, a projection following the log under
+the tracking name `prefixes`) keeps each conversation's digest chain as of a version, so it
+extends the chain with new events only. The `prefixes` rows of `0005_prefixes` are deleted:
+their digests were not bound to a provider, and the index derives the new ones from the
+log."""
+
 _FORGETTING_SQLITE: Final = (
     "CREATE TABLE IF NOT EXISTS store_options (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS forgetting (originator_id BLOB PRIMARY KEY) WITHOUT ROWID",
@@ -395,9 +415,16 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         postgres=_PREFIXES_POSTGRES,
         readable_without=True,
     ),
+    # Readable without: only the proxy's threading reads it.
+    Migration(
+        "0006_prefix_heads",
+        sqlite=_PREFIX_HEADS_SQLITE,
+        postgres=_PREFIX_HEADS_POSTGRES,
+        readable_without=True,
+    ),
     # Readable without: a store lacking it is a plain one with nothing forgotten.
     Migration(
-        "0006_forgetting",
+        "0007_forgetting",
         sqlite=_FORGETTING_SQLITE,
         postgres=_FORGETTING_POSTGRES,
         readable_without=True,

@@ -460,13 +460,6 @@ class PostgresRecorder(ConversationRecorder):
             rows = self._fetch(self._sql["prefix_key"])
         return bytes(rows[0][0])
 
-    def insert_prefix(
-        self, digest: bytes, opaque: bytes, originator_id: UUID, version: int
-    ) -> None:
-        """Index a conversation at `version` (of its reading) by its digests."""
-        with self._using() as connection:
-            connection.execute(self._sql["insert_prefix"], (digest, opaque, originator_id, version))
-
     def select_prefixes(self, digests: Sequence[bytes]) -> list[PrefixRow]:
         """The indexed conversations whose digest is one of `digests`, newest first."""
         rows = self._fetch(self._sql["prefixes"], (list(digests),))
@@ -699,8 +692,6 @@ _STATEMENTS = {
     "snapshot": "SELECT version, state FROM {s}.snapshots WHERE originator_id = %s",
     "prefix_key": "SELECT key FROM {s}.prefix_key",
     "insert_prefix_key": "INSERT INTO {s}.prefix_key VALUES (1, %s) ON CONFLICT DO NOTHING",
-    "insert_prefix": "INSERT INTO {s}.prefixes (digest, opaque, originator_id, version)"
-    " VALUES (%s, %s, %s, %s)",
     "prefixes": "SELECT digest, opaque, originator_id, version, position FROM {s}.prefixes"
     " WHERE digest = ANY(%s) ORDER BY position DESC",
     "insert_settled": "INSERT INTO {s}.settled SELECT %s, u.key, %s, u.value"

@@ -181,12 +181,6 @@ class ConversationRecorder(ApplicationRecorder, TrackingRecorder, ABC):
         """The store's key for prefix digests (`0005_prefixes`), made on first use."""
 
     @abstractmethod
-    def insert_prefix(
-        self, digest: bytes, opaque: bytes, originator_id: UUID, version: int
-    ) -> None:
-        """Index a conversation at `version` (of its reading) by its digests."""
-
-    @abstractmethod
     def select_prefixes(self, digests: Sequence[bytes]) -> list[PrefixRow]:
         """The indexed conversations whose digest is one of `digests`, newest first."""
 

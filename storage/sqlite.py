@@ -512,16 +512,6 @@ class SQLiteRecorder(ConversationRecorder):
                 row = self._connection().execute("SELECT key FROM prefix_key").fetchone()
         return bytes(row[0])
 
-    def insert_prefix(
-        self, digest: bytes, opaque: bytes, originator_id: UUID, version: int
-    ) -> None:
-        """Index a conversation at `version` (of its reading) by its digests."""
-        with translating(), self._transaction() as cursor:
-            cursor.execute(
-                "INSERT INTO prefixes (digest, opaque, originator_id, version) VALUES (?, ?, ?, ?)",
-                (digest, opaque, originator_id.bytes, version),
-            )
-
     def select_prefixes(self, digests: Sequence[bytes]) -> list[PrefixRow]:
         """The indexed conversations whose digest is one of `digests`, newest first."""
         rows: list[PrefixRow] = []

@@ -37,7 +37,13 @@ from convstore.domain import (
     UnknownArtifact,
     UserMessage,
 )
-from convstore.domain.chain import canonical_from_stored, digest, seal, verify_stored
+from convstore.domain.chain import (
+    as_sealed,
+    canonical_from_stored,
+    digest,
+    seal,
+    verify_stored,
+)
 from tests.strategies import TRICKY_JSON_DOCUMENTS, conversations, json_documents
 
 Stored = list[tuple[int, bytes]]
@@ -105,11 +111,16 @@ def test_the_one_encoding_sealing_makes_is_the_stored_record(conversation: Conve
     for event, state in zip(events, encoded, strict=True):
         assert _decode_event(state) == event
         canonical, prev_hash, own_hash = canonical_from_stored(state)
+        assert as_sealed(state) == (canonical, prev_hash, own_hash)  # read by position
         assert (prev_hash, own_hash) == (event.prev_hash, event.hash)
         assert canonical_from_stored(msgspec.json.encode(event))[0] == canonical
         assert digest(prev_hash, canonical) == own_hash
     stored = [(e.originator_version, s) for e, s in zip(events, encoded, strict=True)]
     assert verify_stored(stored) == []
+    # The same events with their fields in another order (not as `seal` lays them out)
+    # verify all the same, field by field; field order is not part of the chain.
+    reordered = [(e.originator_version, msgspec.json.encode(e)) for e in events]
+    assert verify_stored(reordered) == []
 
 
 @settings(max_examples=30, deadline=None)

@@ -90,7 +90,7 @@ def recorded(
     yield store_url, conversations
 
 
-WITHOUT_JSON = {"completion", "proxy"}
+WITHOUT_JSON = {"completion", "proxy", "serve"}
 """Commands that print no JSON (a shell script; a server, which prints its address)."""
 WITH_JSON = sorted(set(COMMANDS) - WITHOUT_JSON)
 

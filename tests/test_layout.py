@@ -41,12 +41,16 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "adapters.recording": (*PROVIDER_RULE, "adapters.recording"),
     "adapters.terminal": ("domain", "projections", "adapters.terminal"),
     "adapters.proxy": ("domain", "storage", "projections", "adapters"),
+    # The viewer serves as the proxy does, and previews a replay as `replay --dry-run`.
     "adapters.web": (
         "domain",
         "storage",
         "projections",
         "adapters.config",
+        "adapters.http",
+        "adapters.recording",
         "adapters.terminal",
+        "adapters.wire",
         "adapters.web",
     ),
     "adapters.cli": ("domain", "storage", "projections", "adapters"),

@@ -46,6 +46,7 @@ RELEASED = {
     "0003_catalogue": "65e04241f350e983893185fe3621037d650662c00d0d168ba59d31a5a1830671",
     "0004_settled": "1b76f8d5bb3b58c37bc760e22b432c5593344650dc6adae6576bf5e3c000a737",
     "0005_prefixes": "ee8f12aef30024befff610b118a4bdf90d8b5e9b05aa69b0754aa16282420170",
+    "0006_prefix_heads": "17bafdde2a3be080efef83868e1e9bcffc6abffaac66b23b57b99821d7e0541a",
 }
 """Every released migration's name and the SHA-256 of its statements: editing one that
 was released is refused here; a correction is a new migration."""

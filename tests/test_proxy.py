@@ -13,6 +13,7 @@ errors pass through and are recorded `failed`; a client that goes away is record
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import socket
@@ -37,6 +38,7 @@ from convstore.adapters.openai_chat.context import server_host
 from convstore.adapters.proxy import recording_transport
 from convstore.adapters.proxy.routes import DEFAULT_UPSTREAMS, Route, route, upstreams
 from convstore.adapters.proxy.server import Limits
+from convstore.domain.errors import ConfigurationError
 from convstore.domain.events import Event, ResponseEnded, ResponseStarted, UserMessage
 from convstore.storage import Store, open_store
 from tests.proxying import capture, running_proxy
@@ -615,4 +617,39 @@ def test_an_upload_on_another_path_streams_through_uncapped(store: Store) -> Non
         assert [r.body for r in upstream.requests] == [upload]
     assert answer.json() == {"id": "file-1"}
     assert too_large.status_code == 413
+    assert _events(store) == []
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_transport_of_another_httpx_package_is_a_typed_error(
+    store: Store, asynchronous: bool
+) -> None:
+    """A wrapped transport, or a client, from another httpx package than the recording
+    transport's is refused by name, before anything is sent or recorded (it was a bare
+    AssertionError inside the wrapped transport)."""
+    wrapped = httpx.AsyncHTTPTransport() if asynchronous else httpx.HTTPTransport()
+    with pytest.raises(ConfigurationError, match=r"made for the httpx2 package.*httpx\.\w*HTTP"):
+        recording_transport(store, wrapped=wrapped, asynchronous=asynchronous, httpx_module=httpx2)
+    other = httpx.HTTPTransport() if asynchronous else httpx.AsyncHTTPTransport()
+    with pytest.raises(ConfigurationError, match="wrapped transport"):
+        recording_transport(store, wrapped=other, asynchronous=asynchronous)
+    with ReplayServer() as upstream:
+        upstream.enqueue(Reply(body=b"{}"))
+        made = recording_transport(store, asynchronous=asynchronous)  # httpx's, by default
+        message = r"made for the httpx package, but the client's request is httpx2's"
+        if asynchronous:
+
+            async def post() -> None:
+                async with httpx2.AsyncClient(transport=made) as http:
+                    await http.post(upstream.url + "/v1/messages", content=b"{}")
+
+            with pytest.raises(ConfigurationError, match=message):
+                asyncio.run(post())
+        else:
+            with (
+                httpx2.Client(transport=made) as http,
+                pytest.raises(ConfigurationError, match=message),
+            ):
+                http.post(upstream.url + "/v1/messages", content=b"{}")
+        assert upstream.requests == []
     assert _events(store) == []

@@ -4,8 +4,8 @@ The example captures' real request sequences (each request the previous one's me
 its response and the next question) thread into one conversation, through the proxy and
 the transport; so does a three-turn exchange each SDK makes (the third turn built from
 what the SDK returned). OpenAI's `previous_response_id` continues the response it names;
-the pin header (`X-Convstore-Conversation`) pins a conversation the index never saw (one
-`ingest` recorded) and is not forwarded; a request that edits history is recorded as a
+the pin header (`X-Convstore-Conversation`) pins a conversation (one `ingest` recorded)
+and is not forwarded; a request that edits history is recorded as a
 fork of the conversation where it leaves it; two conversations sharing a prefix tie-break
 on the opaque values, then on the most recent; and the index's digests are keyed by the
 store: the same content digests differently in two stores.
@@ -70,6 +70,17 @@ def _post(url: str, found: Capture, provider: str, http: Any = None) -> None:
         httpx.post(url + path, content=found.request, headers=headers, timeout=30)
     else:
         http.post(url + path, content=found.request, headers=headers)
+
+
+def _claude(url: str, request: bytes | dict[str, Any]) -> None:
+    """One Anthropic request sent by the official SDK (streamed if it asks to be)."""
+    client = anthropic.Anthropic(api_key=KEY, base_url=url, max_retries=0)
+    body = dict(json.loads(request)) if isinstance(request, bytes) else dict(request)
+    if body.pop("stream", False):
+        with client.messages.stream(**body) as stream:
+            stream.get_final_message()
+    else:
+        client.messages.create(**body)
 
 
 @pytest.mark.parametrize(
@@ -236,9 +247,7 @@ def test_previous_response_id_continues_the_response_it_names(store: Store) -> N
     assert len(_responses(events)) == 2
 
 
-def test_the_pin_header_continues_a_conversation_the_index_never_saw(
-    store: Store, tmp_path: Path
-) -> None:
+def test_the_pin_header_continues_an_ingested_conversation(store: Store, tmp_path: Path) -> None:
     first, second = _sequence("anthropic", "thinking_tool_roundtrip")
     body = tmp_path / "first.sse"
     body.write_bytes(first.body)
@@ -273,9 +282,9 @@ def test_a_request_that_edits_history_is_recorded_as_a_fork(store: Store) -> Non
     other = capture("anthropic/refusal/1")
     with ReplayServer() as upstream, running_proxy(store, upstream.url) as proxy:
         upstream.enqueue(_reply(first), _reply(second), _reply(other))
-        _post(proxy.url, first, "anthropic")
-        _post(proxy.url, second, "anthropic")
-        httpx.post(proxy.url + "/v1/messages", json=edited, timeout=30)
+        _claude(proxy.url, first.request or b"")
+        _claude(proxy.url, second.request or b"")
+        _claude(proxy.url, edited)
     summaries = store.service.list()
     assert len(summaries) == 2
     parent, fork = summaries
@@ -291,12 +300,12 @@ def test_a_tie_goes_to_the_most_recent_conversation(store: Store) -> None:
     first, second = _sequence("anthropic", "thinking_tool_roundtrip")
     with ReplayServer() as upstream, running_proxy(store, upstream.url) as proxy:
         upstream.enqueue(_reply(first))
-        _post(proxy.url, first, "anthropic")
+        _claude(proxy.url, first.request or b"")
     jobs_body = first.body.replace(b"msg_", b"msg_copy_")
     with ReplayServer() as upstream, running_proxy(store, upstream.url) as proxy:
         upstream.enqueue(Reply(**{**_reply(first).__dict__, "body": jobs_body}), _reply(second))
-        _post(proxy.url, first, "anthropic")
-        _post(proxy.url, second, "anthropic")
+        _claude(proxy.url, first.request or b"")
+        _claude(proxy.url, second.request or b"")
     older, newer = (store.service.history(s.id) for s in store.service.list())
     assert len(_responses(older)) == 1
     assert len(_responses(newer)) == 2
@@ -345,9 +354,9 @@ def test_a_tie_goes_first_to_the_exact_match_on_opaque_values(store: Store) -> N
     )
     with ReplayServer() as upstream, running_proxy(store, upstream.url) as proxy:
         upstream.enqueue(original, Reply(**{**original.__dict__, "body": copy}), _reply(second))
-        _post(proxy.url, first, "anthropic")
-        _post(proxy.url, first, "anthropic")
-        _post(proxy.url, second, "anthropic")
+        _claude(proxy.url, first.request or b"")
+        _claude(proxy.url, first.request or b"")
+        _claude(proxy.url, second.request or b"")
     older, newer = (store.service.history(s.id) for s in store.service.list())
     assert len(_responses(older)) == 2
     assert len(_responses(newer)) == 1

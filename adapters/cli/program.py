@@ -23,6 +23,7 @@ from convstore.adapters.cli import (
     metadata,
     proxying,
     record,
+    viewing,
 )
 from convstore.adapters.cli.registry import (
     COMMANDS,
@@ -44,6 +45,7 @@ COMMAND_MODULES = (
     record,
     importing,
     proxying,
+    viewing,
     integrity,
     forgetting,
     index,

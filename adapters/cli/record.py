@@ -246,9 +246,7 @@ def replay(args: argparse.Namespace, session: Session) -> int:
         session.out.line(f"nothing is left out replaying to {args.provider}{refused}")
     session.out.lines(values.loss_line(loss) for loss in left_out)
     session.out.lines(
-        _note_line(loss.version, loss.event, f"kept declared: {loss.reason}")
-        for loss in request.losses
-        if loss.kind == KEPT_DECLARED
+        values.kept_line(loss) for loss in request.losses if loss.kind == KEPT_DECLARED
     )
     session.out.lines(_unanswered_line(call, conversation) for call in calls)
     return code
@@ -274,18 +272,12 @@ def _unanswered_data(call: UnansweredCall) -> dict[str, Any]:
 
 
 def _unanswered_line(call: UnansweredCall, conversation: ConversationId) -> str:
-    return _note_line(
-        call.version,
-        "ToolCallRequested",
-        f"no result: client tool call {call.call_id} ({call.name}); the provider refuses "
-        f"the request until it has one: `{PROG} answer {conversation} {call.call_id} --text "
-        "…` records it",
+    from convstore.adapters.terminal import values
+
+    return (
+        f"{values.unanswered_line(call)}: `{PROG} answer {conversation} {call.call_id} --text"
+        " …` records it"
     )
-
-
-def _note_line(version: int, event: str, text: str) -> str:
-    """A line of the dry-run report that is not a loss."""
-    return f"event {version} ({event}): {text}" if version else f"{event}: {text}"
 
 
 def _ask_arguments(parser: argparse.ArgumentParser) -> None:

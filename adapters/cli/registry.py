@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from convstore.adapters.terminal import render
 from convstore.adapters.terminal.render import Renderer
-from convstore.adapters.wire.names import PROVIDERS
+from convstore.adapters.wire.names import PROVIDER_ALIASES, PROVIDERS
 from convstore.domain.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -174,8 +174,6 @@ def json_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
 
 
-PROVIDER_ALIASES = {"gemini": "google"}
-"""Other names people use for a provider."""
 PROVIDER_METAVAR = "{" + ",".join(PROVIDERS) + "}"
 """How `--help` names a provider argument: its choices."""
 

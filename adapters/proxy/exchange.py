@@ -6,11 +6,11 @@ and is bounded by the bytes waiting in it. The feed is the writer's queue: the e
 own thread (its writer) inflates a copy (gzip, deflate: `http.codings`, capped at
 `max_body_bytes`), decodes it with the provider's decoder and records the drafts with
 `ingest_exchange` (history and first blocks in one transaction, then each block boundary
-where no chunk waits, as `ask`'s writer does), in the conversation `threads.place` finds;
-then it indexes the conversation as it then reads (`prefixes`), so the next request
-continuing it finds it. When the recording
-falls more than the cap behind, the feed stops taking chunks and the response is recorded
-as far as it got, ended `failed` (`recorder_overloaded`); the stream is never slowed.
+where no chunk waits, as `ask`'s writer does), in the conversation `threads.place` finds
+(then the prefix index, `prefixes`, catches up with the store's log, so the next request
+continuing it finds it). When the recording falls more than the cap behind, the feed stops taking
+chunks and the response is recorded as far as it got, ended `failed`
+(`recorder_overloaded`); the stream is never slowed.
 
 A stream that stops early (the client went away, the upstream died, shutdown after the
 grace) ends the recording's input there: the decoder closes its open block and ends the
@@ -275,7 +275,7 @@ class Exchange:
             except ConcurrencyConflict:  # moved on before the first commit: place it again
                 if attempt == RACE_RETRIES or drafts.count:
                     raise
-        self._recorder.index.add(conversation_id, service.history(conversation_id))
+        self._recorder.index.catch_up()  # the next request finds it without waiting on that
         if self._feed.failure is not None:
             log.warning(
                 "proxy: a response from %s was recorded only as far as it got (%s)",
@@ -357,7 +357,7 @@ class Recorder:
 
     def __init__(self, store: Store, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
         self.service: ConversationService = store.service
-        self.index = PrefixIndex(store.recorder)
+        self.index = PrefixIndex(store)
         """Where recorded conversations are found again (`prefixes`)."""
         self.max_body_bytes = max_body_bytes
         """The cap on one decoded body, and on the bytes a recording may fall behind."""

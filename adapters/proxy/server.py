@@ -9,23 +9,19 @@ Gemini URL's query may hold a key.
 
 from __future__ import annotations
 
-import ipaddress
-import signal
-import socket
 import sys
-import threading
-from collections.abc import Callable, Generator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
 import httpx
 import uvicorn
 
+from convstore.adapters.http import serving
+from convstore.adapters.http.serving import is_loopback
 from convstore.adapters.http.transport import DEFAULT_MAX_BODY_BYTES
 from convstore.adapters.proxy.app import ProxyApp
 from convstore.adapters.proxy.exchange import Recorder
-from convstore.domain.errors import ConfigurationError
 from convstore.storage import Store
 
 __all__ = ["DEFAULT_LISTEN", "Limits", "is_loopback", "listen_address", "serve"]
@@ -63,48 +59,7 @@ class Limits:
 
 def listen_address(text: str) -> tuple[str, int]:
     """`HOST:PORT` (`[::1]:PORT` for IPv6) as (host, port); ConfigurationError otherwise."""
-    host, sep, port = text.strip().rpartition(":")
-    host = host.removeprefix("[").removesuffix("]")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigurationError(f"--listen {text!r}: expected HOST:PORT, e.g. {DEFAULT_LISTEN}")
-    return host, int(port)
-
-
-def is_loopback(host: str) -> bool:
-    """Whether `host` names only this machine (`localhost`, 127.0.0.0/8, ::1)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-class _Server(uvicorn.Server):
-    """uvicorn's server, telling `ready` once it listens (its signal handlers in place),
-    and stopping on a signal without raising it again afterwards (the command exits 0)."""
-
-    def __init__(self, config: uvicorn.Config, ready: Callable[[], None]) -> None:
-        super().__init__(config)
-        self._ready = ready
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        if self.started:
-            self._ready()
-
-    @contextmanager
-    def capture_signals(self) -> Generator[None, None, None]:
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        handled = (signal.SIGINT, signal.SIGTERM)
-        previous = {signum: signal.signal(signum, self.handle_exit) for signum in handled}
-        try:
-            yield
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
+    return serving.listen_address(text, example=DEFAULT_LISTEN)
 
 
 def serve(
@@ -120,17 +75,7 @@ def serve(
     """Listen on `host:port` (0: any free port), tell `ready` the address, and serve until
     a signal; then wait for the recordings. How many were not committed within
     `COMMIT_WAIT` seconds. ConfigurationError when the address cannot be bound."""
-    try:
-        listener = socket.create_server(
-            (host, port),
-            family=socket.AF_INET6 if ":" in host else socket.AF_INET,
-            backlog=2048,
-        )
-    except OSError as error:
-        raise ConfigurationError(
-            f"cannot listen on {host}:{port}: {error.strerror or error}"
-        ) from None
-    bound = listener.getsockname()
+    listener = serving.bind(host, port)
     sys.setswitchinterval(SWITCH_INTERVAL)
     recorder = Recorder(store, max_body_bytes=limits.max_body_bytes)
     app = ProxyApp(recorder, upstreams, limits.client(), max_request_bytes=limits.max_body_bytes)
@@ -147,7 +92,6 @@ def serve(
         timeout_graceful_shutdown=grace,
         timeout_keep_alive=5,
     )
-    address = f"[{bound[0]}]:{bound[1]}" if ":" in bound[0] else f"{bound[0]}:{bound[1]}"
-    with listener:
-        _Server(config, lambda: ready(address)).run(sockets=[listener])
+    address = serving.address_of(listener)
+    serving.run(config, listener, lambda: ready(address))
     return recorder.close(COMMIT_WAIT)

@@ -3,8 +3,9 @@
 In order: the one the client pins (`X-Convstore-Conversation: ID`, stripped before
 forwarding), when the request continues it; for OpenAI, the one holding the stored
 response `previous_response_id` names; else the stored conversation that is a prefix of
-the request's messages, found through the prefix index (`prefixes`: the longest prefix,
-then an exact match on opaque values, then the most recent). A conversation that moved on
+the request's messages, found through the prefix index (`prefixes`: among the
+conversations the same provider answered, the longest prefix, then an exact match on
+opaque values, then the most recent). A conversation that moved on
 past the prefix since (the request edits its history) is forked where the request leaves
 it, the fork going on with the request's own messages. Anything else starts a new
 conversation. Every candidate is confirmed by the provider's own `history`, which
@@ -114,7 +115,7 @@ def place(
             return found
     messages = history([], request)
     drafts = [draft for message in messages for draft in message.drafts]
-    for candidate in index.find(drafts):
+    for candidate in index.find(provider, drafts):
         target = ConversationId(candidate.conversation_id)
         try:
             found = _at(service, history, target, candidate.version, request)

@@ -105,6 +105,12 @@ class _Recording:
         self.wrapped = wrapped
         self._module = module
 
+    def _check(self, request: Any) -> None:
+        """Refuse a request of another httpx package than the transport's (its wrapped
+        transport would fail on it with a bare AssertionError)."""
+        if not isinstance(request, self._module.Request):
+            raise ConfigurationError(_mismatch(self._module, type(request), "client's request"))
+
     def _answer(self, response: Any, exchange: Exchange | None, body: type[_Body]) -> Any:
         if exchange is None:
             return response
@@ -119,6 +125,7 @@ class _Recording:
 
 class _SyncTransport(_Recording):
     def handle_request(self, request: Any) -> Any:
+        self._check(request)
         request.read()
         exchange = _opened(self.recorder, request)
         return self._answer(self.wrapped.handle_request(request), exchange, _BODIES[self._module])
@@ -133,6 +140,7 @@ class _SyncTransport(_Recording):
 
 class _AsyncTransport(_Recording):
     async def handle_async_request(self, request: Any) -> Any:
+        self._check(request)
         await request.aread()
         exchange = _opened(self.recorder, request)
         response = await self.wrapped.handle_async_request(request)
@@ -162,6 +170,16 @@ _TRANSPORTS = _Classes(_SyncTransport, "BaseTransport")
 _ASYNC_TRANSPORTS = _Classes(_AsyncTransport, "AsyncBaseTransport")
 
 
+def _mismatch(module: ModuleType, other: type, what: str) -> str:
+    """Why a transport made for `module` cannot take a `what` of class `other`."""
+    theirs = other.__module__.partition(".")[0]
+    return (
+        f"the recording transport is made for the {module.__name__} package, but the {what} "
+        f"is {theirs}'s ({theirs}.{other.__name__}): make the transport, its wrapped "
+        "transport and the client from one package (recording_transport's httpx_module)"
+    )
+
+
 @cache
 def _package(name: str) -> ModuleType:
     try:
@@ -181,13 +199,21 @@ def recording_transport(
     """A transport recording into `store` (an open `Store`), for a sync
     client (`asynchronous=True`: an async one) of `httpx_module` (`httpx` or `httpx2`;
     default `wrapped`'s package, else `httpx`), wrapping `wrapped` (default: the
-    package's own `HTTPTransport`); its `recorder` holds the recordings in flight."""
+    package's own `HTTPTransport`); its `recorder` holds the recordings in flight.
+
+    Raises ConfigurationError for a `wrapped` transport of another package or kind (sync,
+    async) than the one asked for; the transport raises it, before sending anything, for
+    a request of a client of another package."""
     if httpx_module is None:
         root = type(wrapped).__module__.partition(".")[0] if wrapped is not None else "httpx"
         httpx_module = _package(root)
     if wrapped is None:
         kind = "AsyncHTTPTransport" if asynchronous else "HTTPTransport"
         wrapped = getattr(httpx_module, kind)()
+    elif not isinstance(
+        wrapped, httpx_module.AsyncBaseTransport if asynchronous else httpx_module.BaseTransport
+    ):
+        raise ConfigurationError(_mismatch(httpx_module, type(wrapped), "wrapped transport"))
     recorder = Recorder(store, max_body_bytes=max_body_bytes)
     made = (_ASYNC_TRANSPORTS if asynchronous else _TRANSPORTS)[httpx_module]
     return made(recorder, wrapped, httpx_module)

@@ -93,3 +93,24 @@ def loss_line(loss: Any) -> str:
     if loss.kind == "assumed same model":  # nothing is left out: an assumption is listed
         return f"{where}: {loss.kind}: {loss.reason}"
     return f"{where}: {loss.kind} left out: {loss.reason}"
+
+
+def note_line(version: int, event: str, text: str) -> str:
+    """A line of a dry-run report that is not a loss."""
+    return f"event {version} ({event}): {text}" if version else f"{event}: {text}"
+
+
+def kept_line(loss: Any) -> str:
+    """A dry-run line for a hosted tool kept declared for pending work (a `providers.Loss`
+    of kind `kept_declared`)."""
+    return note_line(loss.version, loss.event, f"kept declared: {loss.reason}")
+
+
+def unanswered_line(call: Any) -> str:
+    """A dry-run line for a client tool call without a result (an `UnansweredCall`)."""
+    return note_line(
+        call.version,
+        "ToolCallRequested",
+        f"no result: client tool call {call.call_id} ({call.name}); the provider refuses "
+        "the request until it has one",
+    )
