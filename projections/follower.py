@@ -81,6 +81,11 @@ class TrackedProjection(ABC):
     """How the projection reads a stored event; None: the store's mapper (typed events).
     A projection may read only the fields it needs, with msgspec structs of its own."""
 
+    forgets: bool = False
+    """Whether it is given the Forgotten events (and then deletes what it holds of their
+    conversations). Every other event of a forgotten conversation is passed over, for
+    every projection: nothing of it may be read."""
+
     @abstractmethod
     def setup(self, cursor: Any) -> None:
         """Create the view's tables if missing (idempotent; runs in a view transaction)."""
@@ -240,6 +245,8 @@ class Follower:
                     self.name,
                     nid,
                 )
+        if self.recorder.unseal is not None:  # an encrypted store may hold forgotten ones
+            events = self._without_forgotten(events)
         last = stored[-1][0]
         fault = self.fault
         if fault is not None:
@@ -254,6 +261,26 @@ class Follower:
         report.position = last
         if fault is not None:
             fault("committed")
+
+    def _without_forgotten(self, events: list[Positioned]) -> list[Positioned]:
+        """The batch without the events of forgotten conversations (their Forgotten
+        events kept for a projection that `forgets`)."""
+        from convstore.storage.forgetting import forgotten_on
+
+        gone = {
+            c
+            for c in {event.originator_id for _, event in events}
+            if forgotten_on(self.recorder, c) is not None
+        }
+        if not gone:
+            return events
+        keep = self.projection.forgets
+        return [
+            (nid, event)
+            for nid, event in events
+            if event.originator_id not in gone
+            or (keep and getattr(event, "type", type(event).__name__) == "Forgotten")
+        ]
 
     # --- following ----------------------------------------------------------------------------
 

@@ -658,6 +658,7 @@ class SearchIndex(TrackedProjection):
     """The search view of one store: `process` keeps it, `search` reads it."""
 
     name = NAME
+    forgets = True
 
     def __init__(self, recorder: ConversationRecorder) -> None:
         self.recorder = recorder

@@ -687,3 +687,30 @@ def test_every_reading_of_an_encrypted_store_equals_the_plain_one(
             outputs.append(f"{extra} {code}\n{capsys.readouterr().out}")
         readings[kind] = _normalized("\n".join(outputs), ids)
     assert readings["enc"] == readings["plain"]
+
+
+def test_projections_pass_over_a_forgotten_conversation(encrypted: Store) -> None:
+    """A projection that does not forget (the proxy's prefix index) never meets a
+    forgotten conversation's events, before or after its key is gone; it catches up and
+    rebuilds past it."""
+    from convstore.adapters.proxy.prefixes import PrefixIndex
+    from convstore.domain import ResponseEnded
+
+    gone = _converse(encrypted, "t", "a prefix of words")
+    kept = _converse(encrypted, "k", "other words")
+    for cid in (gone, kept):
+        rid = ResponseId(f"r-{cid}")
+        encrypted.service.append(
+            cid,
+            [
+                ResponseStarted(response_id=rid, provider="anthropic"),
+                ResponseEnded(response_id=rid, state="completed"),
+            ],
+        )
+    index = PrefixIndex(encrypted)
+    encrypted.service.forget(gone)  # committed, its key still there: passed over all the same
+    assert index.catch_up() > 0
+    forgetting.finish_pending(encrypted)
+    forgetting.forget(encrypted, gone)  # the cleanup, its key destroyed
+    rebuilt = PrefixIndex(encrypted)
+    assert rebuilt._follower.rebuild().undecodable == 0
