@@ -56,6 +56,12 @@ class Cipher(Protocol):
         """The plaintext; raises IntegrityError when the ciphertext or `associated` changed."""
         ...
 
+    def keyed(self, digest: str) -> str:
+        """`digest` keyed (hex): an HMAC under the store's key, the same for every
+        conversation (a fork compares its parent's digests), so a stored response digest
+        cannot confirm guessed content."""
+        ...
+
 
 def identity(kind: str, originator_id: str, version: int) -> bytes:
     """The associated data of an event's ciphertext: its type, conversation and version,

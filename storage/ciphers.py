@@ -9,8 +9,11 @@ conversation or type does not decrypt.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
@@ -21,6 +24,8 @@ from convstore.domain.vocabulary import ConversationId
 from convstore.storage.keys import KeyStore
 
 NONCE_BYTES = 12
+DIGEST_KEY_ID = UUID(int=0)
+"""The key store's row of the store-wide digest key (no conversation has the nil id)."""
 
 
 class KeyDestroyed(ConversationForgotten):
@@ -41,11 +46,13 @@ def _aesgcm() -> Any:
 class AESGCMCipher:
     """AES-256-GCM under one data key."""
 
-    __slots__ = ("_aead", "_decrypt", "_invalid")
+    __slots__ = ("_aead", "_decrypt", "_invalid", "keyed")
 
-    def __init__(self, key: bytes) -> None:
+    def __init__(self, key: bytes, keyed: Callable[[str], str]) -> None:
         from cryptography.exceptions import InvalidTag
 
+        self.keyed = keyed
+        """The store's keyed digest (`StoreCiphers.keyed`)."""
         self._aead = _aesgcm()(key)
         self._decrypt = self._aead.decrypt
         self._invalid = (InvalidTag, ValueError)
@@ -76,6 +83,7 @@ class StoreCiphers:
         self.read_only = read_only
         self._ciphers: dict[UUID, AESGCMCipher] = {}
         self._opened: dict[str, AESGCMCipher] = {}
+        self._digest_key: bytes | None = None
         """The same ciphers by the id as events print it (`unseal`'s fast path)."""
         self._guard = threading.Lock()
         _aesgcm()  # a missing extra is said when the store opens
@@ -100,10 +108,23 @@ class StoreCiphers:
         key = self.keys.key(conversation_id, create=create)
         if key is None:
             return None
-        cipher = AESGCMCipher(key)
+        cipher = AESGCMCipher(key, self.keyed)
         with self._guard:
             self._ciphers[conversation_id] = cipher
         return cipher
+
+    def keyed(self, digest: str) -> str:
+        """HMAC-SHA256 of `digest` under the store's digest key (the key store's row for
+        the nil id, made on first use and never destroyed), in hex."""
+        key = self._digest_key
+        if key is None:
+            key = self.keys.key(DIGEST_KEY_ID, create=not self.read_only)
+            if key is None:
+                raise ConfigurationError(
+                    "the key store holds no digest key: it was written by no writer yet"
+                )
+            self._digest_key = key
+        return hmac.new(key, digest.encode(), hashlib.sha256).hexdigest()
 
     def unseal(self, state: bytes) -> bytes:
         """Stored bytes with their content decrypted (unchanged when nothing is sealed);

@@ -714,3 +714,34 @@ def test_projections_pass_over_a_forgotten_conversation(encrypted: Store) -> Non
     forgetting.forget(encrypted, gone)  # the cleanup, its key destroyed
     rebuilt = PrefixIndex(encrypted)
     assert rebuilt._follower.rebuild().undecodable == 0
+
+
+def test_response_digests_are_keyed_on_an_encrypted_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stored digest cannot confirm guessed content (it is an HMAC under the store's
+    key, in the key store), and re-ingesting still says "already stored"."""
+    from convstore.domain import ResponseEnded
+
+    for name in ("CONVSTORE_CONFIG", "CONVSTORE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    capture = Path(__file__).resolve().parents[1] / "examples/anthropic/web_search_citations"
+    digests = {}
+    for kind in ("plain", "enc"):
+        url = f"sqlite:///{tmp_path / kind}.db"
+        cfg = ["--cfg", "store.encrypt=true"] if kind == "enc" else []
+        argv = ["--db", url, "ingest", *cfg, "--provider", "anthropic"]
+        argv += ["--request", str(capture / "1.request.json"), str(capture / "1.response.sse")]
+        assert cli.main(argv) == 0
+        assert cli.main(argv) == 0
+        assert "already stored" in capsys.readouterr().out
+        with open_store(url, read_only=True) as store:
+            [summary] = store.service.list()
+            [end] = [e for e in store.service.events(summary.id) if isinstance(e, ResponseEnded)]
+            digests[kind] = end.digest
+        data = b"".join(_files(url).values())
+        assert (digests[kind].encode() in data) is (kind == "plain")
+    assert digests["enc"] != digests["plain"]
+    unkeyed = digests["plain"].split(":")[1].encode()  # the same response's plain digest
+    assert unkeyed not in b"".join(_files(f"sqlite:///{tmp_path / 'enc'}.db").values())
+    assert digests["enc"].split(":")[0] == digests["plain"].split(":")[0]  # the version
