@@ -130,22 +130,42 @@ def forget(
     Already forgotten: the cleanup is finished again. Raises NotEncrypted (exit 2) on a
     plain store, ResponseBeingWritten while a live writer holds a response open, both
     with nothing written."""
+    return forget_all(store, [conversation_id], reason=reason, step=step)[conversation_id]
+
+
+def forget_all(
+    store: Store,
+    conversation_ids: Sequence[ConversationId],
+    *,
+    reason: str = "",
+    step: Step | None = None,
+) -> dict[ConversationId, datetime]:
+    """Forget conversations as `forget` does, each committed in turn, the cleanup done
+    once for all (one merge of the index, one checkpoint): when each was forgotten.
+    A refusal (ResponseBeingWritten) stops it there: those committed before it are
+    cleaned up, it and those after it are left as they were."""
     require_encrypted(store)
     finish_pending(store)
     recorder = store.recorder
     done = step or _nothing
-    _intent(recorder, conversation_id, add=True)
-    done("intent")
+    forgotten: dict[ConversationId, datetime] = {}
     try:
-        on = store.service.forget(conversation_id, reason=reason).timestamp
-    except ConversationForgotten as already:
-        on = already.on
-    except BaseException:
-        _intent(recorder, conversation_id, add=False)
-        raise
-    done("committed")
-    finish(store, [conversation_id], step=step)
-    return on
+        for conversation_id in conversation_ids:
+            _intent(recorder, conversation_id, add=True)
+            done("intent")
+            try:
+                on = store.service.forget(conversation_id, reason=reason).timestamp
+            except ConversationForgotten as already:
+                on = already.on
+            except BaseException:
+                _intent(recorder, conversation_id, add=False)
+                raise
+            forgotten[conversation_id] = on
+            done("committed")
+    finally:
+        if forgotten:
+            finish(store, list(forgotten), step=step)
+    return forgotten
 
 
 def _nothing(name: str) -> None:

@@ -745,3 +745,30 @@ def test_response_digests_are_keyed_on_an_encrypted_store(
     unkeyed = digests["plain"].split(":")[1].encode()  # the same response's plain digest
     assert unkeyed not in b"".join(_files(f"sqlite:///{tmp_path / 'enc'}.db").values())
     assert digests["enc"].split(":")[0] == digests["plain"].split(":")[0]  # the version
+
+
+def test_forgetting_several_stops_at_a_refusal_and_cleans_up_those_before_it(
+    encrypted: Store,
+) -> None:
+    service = encrypted.service
+    first = _converse(encrypted, "a", "first zebra words")
+    busy = _converse(encrypted, "b", "busy words")
+    last = _converse(encrypted, "c", "last words")
+    service.append(
+        busy,
+        [
+            ResponseStarted(
+                response_id=ResponseId("r1"), provider="anthropic", writer=service.writer
+            )
+        ],
+    )
+    _index(encrypted)
+    with pytest.raises(ResponseBeingWritten):
+        forgetting.forget_all(encrypted, [first, busy, last])
+    keys = encrypted.ciphers.keys  # type: ignore[union-attr]
+    assert keys.key(first, create=False) is None
+    assert SearchIndex(encrypted.recorder).search("zebra") == []
+    for kept in (busy, last):
+        assert keys.key(kept, create=False) is not None
+        assert list(service.events(kept))
+    assert forgetting.finish_pending(encrypted) == []

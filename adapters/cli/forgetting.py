@@ -58,7 +58,7 @@ def forget(args: argparse.Namespace, session: Session) -> int:
     Exit 2, nothing written: a plain store (it names `convstore migrate --encrypt`), no
     selection, IDs beside a retention form, a retention form or `--all` without `--yes`
     off a terminal or unconfirmed on one."""
-    from convstore.domain.errors import ConfigurationError, ConversationForgotten
+    from convstore.domain.errors import ConfigurationError
     from convstore.storage import forgetting
 
     retention = args.all or args.older_than is not None or args.label is not None
@@ -73,16 +73,15 @@ def forget(args: argparse.Namespace, session: Session) -> int:
     chosen = _selected(store, args) if retention else [resolve_id(store, i) for i in args.ids]
     if not args.dry_run and retention and chosen and not args.yes:
         _confirm(session, len(chosen))
-    done: list[dict[str, Any]] = []
-    for conversation_id in chosen:
-        item: dict[str, Any] = {"conversation_id": str(conversation_id), "forgotten_on": None}
-        if not args.dry_run:
-            try:
-                on = forgetting.forget(store, conversation_id, reason=args.reason)
-            except ConversationForgotten as already:  # its key gone before a cleanup
-                on = already.on
-            item["forgotten_on"] = on.isoformat()
-        done.append(item)
+    chosen = list(dict.fromkeys(chosen))  # an id given twice is forgotten once
+    when = {} if args.dry_run else forgetting.forget_all(store, chosen, reason=args.reason)
+    done: list[dict[str, Any]] = [
+        {
+            "conversation_id": str(conversation_id),
+            "forgotten_on": None if args.dry_run else when[conversation_id].isoformat(),
+        }
+        for conversation_id in chosen
+    ]
     if args.json:
         session.out.json({"dry_run": args.dry_run, "count": len(done), "conversations": done})
         return 0
