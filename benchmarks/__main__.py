@@ -24,6 +24,7 @@ from pathlib import Path
 
 from benchmarks import (
     decoding,
+    encryption,
     importing,
     live,
     mapper,
@@ -53,6 +54,7 @@ FAMILIES: dict[str, Callable[[Sizes, Path], list[Figure]]] = {
     "peers": peers.peers_figures,
     "import": importing.importing_figures,
     "viewer": viewer.viewer_figures,
+    "encryption": encryption.encryption_figures,
 }
 
 

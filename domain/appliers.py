@@ -15,6 +15,7 @@ from convstore.domain.events import (
     AssistantText,
     ContextInjected,
     Event,
+    Forgotten,
     HostedActivity,
     Reasoning,
     Relabelled,
@@ -242,6 +243,11 @@ def _again(state: ConversationState) -> bool:
     return state.open_response is not None and state.open_response.attempt > 1
 
 
+def _forgotten(state: ConversationState, event: Forgotten, lookup: Lookup) -> None:
+    _no_open_response(state, "forgetting the conversation")
+    state.forgotten_on = event.timestamp
+
+
 def _unknown_artifact(state: ConversationState, event: UnknownArtifact, lookup: Lookup) -> None:
     if event.response_id is not None:
         _inside_response(state, event.response_id, "UnknownArtifact")
@@ -263,4 +269,5 @@ APPLY: dict[type[Event], Callable[[ConversationState, Any, Lookup], None]] = {
     UnknownArtifact: _unknown_artifact,
     Retitled: _retitled,
     Relabelled: _relabelled,
+    Forgotten: _forgotten,
 }

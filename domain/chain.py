@@ -18,6 +18,7 @@ import msgspec
 
 from convstore.domain.errors import IntegrityError
 from convstore.domain.events import Event
+from convstore.domain.sealing import Cipher, seal_canonical
 
 _HASH_FIELDS = frozenset({"prev_hash", "hash"})
 _encode = msgspec.json.Encoder().encode
@@ -34,17 +35,26 @@ def digest(prev_hash: str, canonical: bytes) -> str:
     return h.hexdigest()
 
 
-def seal(event: E, prev_hash: str) -> tuple[E, bytes]:
+def seal(event: E, prev_hash: str, cipher: Cipher | None = None) -> tuple[E, bytes]:
     """`event` with its chain fields set, given its predecessor's hash, and its stored
     encoding: the canonical encoding, encoded once, with the hash fields added at its end
     (what `canonical_from_stored` takes apart again; field order is not part of the
-    chain)."""
+    chain). With a `cipher`, the content is sealed first (`domain.sealing`): the hash
+    covers the ciphertext."""
     unsealed = (
         msgspec.structs.replace(event, prev_hash="", hash="")
         if event.prev_hash or event.hash
         else event  # a fresh draft: no copy needed to leave the hash fields out
     )
     canonical = _encode(unsealed)
+    if cipher is not None:
+        canonical = seal_canonical(
+            canonical,
+            cipher,
+            type(event).__name__,
+            str(event.originator_id),
+            event.originator_version,
+        )
     own = digest(prev_hash, canonical)
     links = b',"prev_hash":%s,"hash":"%s"}' % (_encode(prev_hash), own.encode("ascii"))
     if not prev_hash:  # a first event's, left out as the struct's default is

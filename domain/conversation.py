@@ -20,6 +20,7 @@ from convstore.domain import chain, errors
 from convstore.domain.appliers import APPLY, check_payloads
 from convstore.domain.events import Event, Started
 from convstore.domain.lookup import Lookup, activity, call, response
+from convstore.domain.sealing import Cipher
 from convstore.domain.settled import ActivityState, Settled, StoredResponse
 from convstore.domain.state import ConversationState, copy_state, forked, kept
 from convstore.domain.vocabulary import ActivityId, CallId, ConversationId, TurnId
@@ -58,6 +59,9 @@ class Conversation:
         self._pending: list[Event] = []
         self._encoded: list[bytes] = []
         self.clock: Callable[[], datetime] = _now
+        self.cipher: Cipher | None = None
+        """The conversation's cipher on an encrypting store (`domain.sealing`): events
+        recorded from now on are sealed with it. The service hands it in."""
 
     # --- eventsourcing's aggregate protocol -------------------------------------------------
 
@@ -109,9 +113,12 @@ class Conversation:
         title: str = "",
         labels: Iterable[str] = (),
         conversation_id: ConversationId | None = None,
+        *,
+        cipher: Cipher | None = None,
     ) -> Conversation:
-        """A new conversation with its Started event recorded."""
+        """A new conversation with its Started event recorded (sealed with `cipher`)."""
         conversation = cls(conversation_id or ConversationId(uuid4()))
+        conversation.cipher = cipher
         conversation.record(Started(title=title, labels=tuple(labels)))
         return conversation
 
@@ -124,6 +131,8 @@ class Conversation:
         at: int,
         title: str = "",
         labels: Iterable[str] = (),
+        conversation_id: ConversationId | None = None,
+        cipher: Cipher | None = None,
     ) -> Conversation:
         """A new conversation going on from version `at` of `parent`, whose state there is
         `state`; its Started records where from. Raises InvariantViolation while a
@@ -134,7 +143,8 @@ class Conversation:
                 f"version {at} of conversation {parent} is inside response "
                 f"{open_response.response_id!r}: fork at a version outside a response"
             )
-        conversation = cls(new_conversation_id(), state=forked(state))
+        conversation = cls(conversation_id or new_conversation_id(), state=forked(state))
+        conversation.cipher = cipher
         conversation.record(
             Started(title=title, labels=tuple(labels), forked_from=parent, forked_at=at)
         )
@@ -159,6 +169,7 @@ class Conversation:
                 hash="",
             ),
             self.state.head,
+            self.cipher,
         )
         if max_bytes is not None and len(encoded) > max_bytes:
             raise errors.EventTooLarge(
@@ -223,6 +234,13 @@ class Conversation:
         if event.prev_hash != self.state.head:
             raise errors.IntegrityError(
                 f"event {event.originator_version} does not follow the chain head"
+            )
+        if self.state.forgotten_on is not None:
+            raise errors.ConversationForgotten(
+                f"conversation {self._id} was forgotten on "
+                f"{self.state.forgotten_on:%Y-%m-%d}: nothing can be recorded in it",
+                conversation_id=self._id,
+                on=self.state.forgotten_on,
             )
         if self._version == 0 and not isinstance(event, Started):
             raise errors.InvariantViolation("a conversation's first event must be Started")

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import NoReturn
 
-from convstore.domain.digests import digest_for, same_response, same_start
+from convstore.domain.digests import Keyed, digest_for, same_response, same_start
 from convstore.domain.errors import ResponseConflict
 from convstore.domain.events import Event, ResponseEnded, ResponseStarted
 from convstore.domain.settled import StoredResponse
@@ -40,6 +40,7 @@ def judge_copy(
     rest: Iterator[Event],
     stored: StoredResponse,
     stored_events: Iterable[Event],
+    keyed: Keyed | None = None,
 ) -> list[Event] | None:
     """Judge an arriving copy (`started`, then `rest`) against the stored attempt.
 
@@ -55,7 +56,7 @@ def judge_copy(
     ):
         _conflict(started, "its start (model, origin or request) differs")
     if not stored.cut:
-        return _against_whole(started, rest, stored)
+        return _against_whole(started, rest, stored, keyed)
     blocks = list(_blocks(stored_iter, started.response_id))
     held: list[Event] = []
     for draft in rest:
@@ -73,11 +74,14 @@ def judge_copy(
 
 
 def _against_whole(
-    started: ResponseStarted, rest: Iterator[Event], stored: StoredResponse
+    started: ResponseStarted,
+    rest: Iterator[Event],
+    stored: StoredResponse,
+    keyed: Keyed | None,
 ) -> list[Event] | None:
     """A copy of a whole response: already stored when cut short, or when whole with the
     stored digest (under its version); else a conflict."""
-    digest = digest_for(stored.digest)
+    digest = digest_for(stored.digest, keyed)
     digest.add(started)
     for draft in rest:
         if isinstance(draft, ResponseEnded):

@@ -20,6 +20,7 @@ what arrives, so it is never reported as a false conflict.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 import msgspec
@@ -72,13 +73,19 @@ class ResponseDigest(Protocol):
         ...
 
 
+Keyed = Callable[[str], str]
+"""A keyed digest of a digest (an HMAC under the store's key: `sealing.Cipher.keyed`), so
+a stored digest cannot confirm guessed content; None on a plain store."""
+
+
 class _WholeDigest:
     """Version 2: every field the response produced, payloads canonical; its request
-    apart."""
+    apart. With `keyed`, both parts are keyed (an encrypted store's)."""
 
-    def __init__(self) -> None:
+    def __init__(self, keyed: Keyed | None = None) -> None:
         self._hash = hashlib.sha256()
         self._request = ""
+        self._keyed = keyed
 
     def add(self, draft: Event) -> None:
         self._hash.update(type(draft).__name__.encode())
@@ -91,7 +98,11 @@ class _WholeDigest:
         self._hash.update(_encode(_canonical(draft, _ENVELOPE)))
 
     def value(self) -> str:
-        return f"{VERSION_2}{self._hash.hexdigest()}:{self._request or '-'}"
+        response, request = self._hash.hexdigest(), self._request
+        keyed = self._keyed
+        if keyed is not None:
+            response, request = keyed(response), request and keyed(request)
+        return f"{VERSION_2}{response}:{request or '-'}"
 
 
 class _PortableDigest:
@@ -118,14 +129,14 @@ class _PortableDigest:
         return self._hash.hexdigest()
 
 
-def new_digest() -> ResponseDigest:
-    """The digest a response recorded now carries (version 2)."""
-    return _WholeDigest()
+def new_digest(keyed: Keyed | None = None) -> ResponseDigest:
+    """The digest a response recorded now carries (version 2; keyed with `keyed`)."""
+    return _WholeDigest(keyed)
 
 
-def digest_for(stored: str) -> ResponseDigest:
+def digest_for(stored: str, keyed: Keyed | None = None) -> ResponseDigest:
     """A digest of the version `stored` was computed under, to compare a copy with it."""
-    return _WholeDigest() if stored.startswith(VERSION_2) else _PortableDigest()
+    return _WholeDigest(keyed) if stored.startswith(VERSION_2) else _PortableDigest()
 
 
 def same_response(stored: str, copy: str) -> bool:

@@ -14,6 +14,7 @@
     │   ├── InvalidPayload            payload bytes that are not one JSON document
     │   └── InvalidMetadata           a title or label that cannot be recorded
     ├── ConversationNotFound          no conversation with that id
+    ├── ConversationForgotten         a conversation `forget` made unreadable (said, not failed)
     ├── ConcurrencyConflict           another writer appended first (optimistic concurrency)
     │   └── ResponseStoredElsewhere   a provider response another conversation holds
     ├── ResponseConflict              a stored response id arriving with different content
@@ -30,6 +31,7 @@ shown to users without a traceback.
 
 from __future__ import annotations
 
+from datetime import datetime
 from uuid import UUID
 
 
@@ -97,6 +99,17 @@ class ConversationNotFound(ConvstoreError, KeyError):
 
 class AmbiguousId(ConversationNotFound):
     """A short id more than one conversation's id starts with; nothing was done."""
+
+
+class ConversationForgotten(ConvstoreError):
+    """The conversation was forgotten (`convstore forget`): nothing of its content can be
+    read or written any more."""
+
+    def __init__(self, message: str, *, conversation_id: UUID, on: datetime) -> None:
+        super().__init__(message)
+        self.conversation_id = conversation_id
+        self.on = on
+        """When it was forgotten (the Forgotten event's timestamp)."""
 
 
 class ConcurrencyConflict(ConvstoreError):

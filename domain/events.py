@@ -209,6 +209,15 @@ class Relabelled(Event, frozen=True, kw_only=True, tag=True):
     removed: tuple[str, ...] = ()
 
 
+class Forgotten(Event, frozen=True, kw_only=True, tag=True):
+    """The conversation was forgotten (`convstore forget`): its data key is destroyed
+    after this event is committed, and every reader treats it as forgotten from then on.
+    Stored in clear (never sealed); it records when (its timestamp) and why, never the
+    content. Nothing may follow it."""
+
+    reason: str = ""
+
+
 class UnknownArtifact(Event, frozen=True, kw_only=True, tag=True):
     """A block or item its adapter does not recognise: kept, replayed to its own provider."""
 
@@ -232,6 +241,7 @@ ConversationEvent: TypeAlias = (
     | UnknownArtifact
     | Retitled
     | Relabelled
+    | Forgotten
 )
 """Every event a conversation records."""
 
@@ -251,4 +261,5 @@ EVENT_TYPES: Final[tuple[type[Event], ...]] = (
     UnknownArtifact,
     Retitled,
     Relabelled,
+    Forgotten,
 )

@@ -78,6 +78,9 @@ class ResponseRecorder:
         is pending is committed (a live stream). None: commit only at the buffer bound."""
         self.continues = continues
         """Finish reasons after which the turn stays open for the next response."""
+        cipher = conversation.cipher
+        self._keyed = None if cipher is None else cipher.keyed
+        """Response digests keyed on an encrypted store (`sealing.Cipher.keyed`)."""
 
     def _pending_from(self, version: int) -> Iterable[Event]:
         return [e for e in self.conversation.pending if e.originator_version >= version]
@@ -98,7 +101,7 @@ class ResponseRecorder:
         if stored is not None:
             # Version 0: stored in the conversation a fork came from, not readable here.
             copy = self.stored_events(stored.version) if stored.version else ()
-            taken = judge_copy(started, drafts, stored, copy)
+            taken = judge_copy(started, drafts, stored, copy, self._keyed)
             if taken is None:
                 return ResponseOutcome(
                     response_id=response_id,
@@ -109,7 +112,7 @@ class ResponseRecorder:
                 )
             attempt = stored.attempt + 1
             drafts = chain(taken, drafts)
-        digest = new_digest()
+        digest = new_digest(self._keyed)
         digest.add(started)
         count_before = self.conversation.version
         if self.conversation.state.open_turn is None:

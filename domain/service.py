@@ -15,15 +15,17 @@ import msgspec
 
 from convstore.domain import metadata
 from convstore.domain.calls import check_answerable
-from convstore.domain.conversation import Conversation
+from convstore.domain.conversation import Conversation, new_conversation_id
 from convstore.domain.errors import (
     ConcurrencyConflict,
+    ConversationForgotten,
     InvariantViolation,
     ResponseBeingWritten,
     WriterAlive,
 )
 from convstore.domain.events import (
     Event,
+    Forgotten,
     HostedActivity,
     Relabelled,
     ResponseEnded,
@@ -36,6 +38,7 @@ from convstore.domain.events import (
     UserMessage,
 )
 from convstore.domain.responses import CONTINUES, ResponseOutcome, ResponseRecorder
+from convstore.domain.sealing import Cipher
 from convstore.domain.state import ConversationState
 from convstore.domain.vocabulary import ActivityId, CallId, ConversationId, Writer
 from convstore.domain.writers import (
@@ -146,6 +149,15 @@ class ConversationRepository(Protocol):
         ...
 
 
+class Ciphers(Protocol):
+    """The port to each conversation's cipher (`domain.sealing`), built by storage."""
+
+    def cipher(self, conversation_id: ConversationId) -> Cipher:
+        """The conversation's cipher, its data key made on first use; raises
+        ConversationForgotten once its key was destroyed."""
+        ...
+
+
 class ConversationService:
     """Start conversations, append events, repair interruptions, and read them back."""
 
@@ -157,8 +169,11 @@ class ConversationService:
         writer: Writer | None = None,
         stale_after: float = DEFAULT_STALE_AFTER,
         max_event_bytes: int | None = None,
+        ciphers: Ciphers | None = None,
     ) -> None:
         self.repository = repository
+        self.ciphers = ciphers
+        """Each conversation's cipher on an encrypting store (None: a plain store)."""
         self.liveness: Liveness = liveness or OwnProcessOnly()
         """The writers' holds: this process's, taken before it records a response, and
         the test of another writer's (see `domain.writers`)."""
@@ -179,7 +194,10 @@ class ConversationService:
     ) -> ConversationId:
         """Start a conversation (`start_as`: with that id, default a new one) and return
         its id."""
-        conversation = Conversation.start(title, labels, start_as)
+        conversation_id = start_as or new_conversation_id()
+        conversation = Conversation.start(
+            title, labels, conversation_id, cipher=self._cipher(conversation_id)
+        )
         self.repository.save(conversation)
         return conversation.id
 
@@ -190,7 +208,7 @@ class ConversationService:
         outside the response a live writer holds open) or ConcurrencyConflict.
         """
         drafts = list(drafts)
-        conversation = self.repository.load(conversation_id)
+        conversation = self._load(conversation_id)
         open_response = conversation.state.open_response
         if open_response is not None and any(
             getattr(draft, "response_id", None) != open_response.response_id for draft in drafts
@@ -211,7 +229,7 @@ class ConversationService:
         starts one triggered by steering). Raises ResponseBeingWritten (nothing written)
         while a live writer holds a response open.
         """
-        conversation = self.repository.load(conversation_id)
+        conversation = self._load(conversation_id)
         self._refuse_beside_live_writer(conversation, "user input")
         self._close_dead_response(conversation)
         recorded = _record_user_input(conversation, list(drafts))
@@ -222,7 +240,7 @@ class ConversationService:
         """Raise ResponseBeingWritten when a live writer holds a response open in the
         conversation, so a caller can refuse `what` before any work (a request sent);
         reads only. Raises ConversationNotFound."""
-        self._refuse_beside_live_writer(self.repository.load(conversation_id), what)
+        self._refuse_beside_live_writer(self._load(conversation_id), what)
 
     def answer(
         self, conversation_id: ConversationId, call_id: CallId, content: str, *, is_error: bool
@@ -236,7 +254,7 @@ class ConversationService:
         ToolCallAlreadyAnswered, ResponseBeingWritten while a live writer holds a
         response open.
         """
-        conversation = self.repository.load(conversation_id)
+        conversation = self._load(conversation_id)
         self._refuse_beside_live_writer(conversation, f"a result for tool call {call_id!r}")
         check_answerable(conversation, call_id)
         closed = self._close_dead_response(conversation)
@@ -260,7 +278,7 @@ class ConversationService:
         committed even when the response ends `failed` or `abandoned`. `ready` and
         `continues`: the recorder's (see `ResponseRecorder`).
         """
-        conversation = self.repository.load(conversation_id)
+        conversation = self._load(conversation_id)
         self._close_dead_response(conversation)
         recorder = self._recorder(conversation, ready=ready, continues=continues)
         return recorder.record(drafts, writer=self.writer)
@@ -290,9 +308,12 @@ class ConversationService:
         id of the conversation started (default: a new one).
         """
         if conversation_id is None:
-            conversation = Conversation.start(title, conversation_id=start_as)
+            new_id = start_as or new_conversation_id()
+            conversation = Conversation.start(
+                title, conversation_id=new_id, cipher=self._cipher(new_id)
+            )
         else:
-            conversation = self.repository.load(conversation_id)
+            conversation = self._load(conversation_id)
             if conversation.version != at_version:
                 raise ConcurrencyConflict(
                     f"conversation {conversation_id} moved from version {at_version} to "
@@ -340,8 +361,17 @@ class ConversationService:
             )
         state = self.repository.state_at(conversation_id, at)
         if not title:
-            title = self.repository.load(conversation_id).state.title  # the parent's now
-        fork = Conversation.fork(state, parent=conversation_id, at=at, title=title, labels=labels)
+            title = self._load(conversation_id).state.title  # the parent's now
+        fork_id = new_conversation_id()
+        fork = Conversation.fork(
+            state,
+            parent=conversation_id,
+            at=at,
+            title=title,
+            labels=labels,
+            conversation_id=fork_id,
+            cipher=self._cipher(fork_id),
+        )
         self.repository.save(fork)
         return fork.id
 
@@ -358,7 +388,10 @@ class ConversationService:
         first = events[0]
         if not isinstance(first, Started) or first.forked_from is None:
             return events
-        parent = self.history(ConversationId(first.forked_from))
+        try:
+            parent = self.history(ConversationId(first.forked_from))
+        except ConversationForgotten:  # forgetting a parent hides the prefix forks read
+            parent = []
         at = first.forked_at
         return [
             first,
@@ -378,7 +411,7 @@ class ConversationService:
         unless `force`: its later writes to that response are then refused. Hosted
         activities are untouched: the provider ran them, not us.
         """
-        conversation = self.repository.load(conversation_id)
+        conversation = self._load(conversation_id)
         open_response = conversation.state.open_response
         if open_response is not None:
             if not force and self._writer_status(conversation) == "alive":
@@ -421,7 +454,7 @@ class ConversationService:
 
         Raises ResponseBeingWritten (nothing written) while a live writer holds a
         response open."""
-        conversation = self.repository.load(conversation_id)
+        conversation = self._load(conversation_id)
         self._refuse_beside_live_writer(conversation, "an abandonment")
         closed = self._close_dead_response(conversation)
         wanted = set(activity_ids) if activity_ids is not None else None
@@ -441,6 +474,18 @@ class ConversationService:
         if recorded:
             self.repository.save(conversation)
         return [*closed, *recorded]
+
+    def forget(self, conversation_id: ConversationId, *, reason: str = "") -> Forgotten:
+        """Record the conversation's Forgotten event: the commit point of `forget`, after
+        which every reader treats it as forgotten (storage then destroys its key and
+        cleans up). Raises, nothing written: ResponseBeingWritten while a live writer
+        holds a response open, ConversationForgotten when it already was."""
+        conversation = self._load(conversation_id)
+        self._refuse_beside_live_writer(conversation, "forgetting the conversation")
+        self._close_dead_response(conversation)
+        event = conversation.record(Forgotten(reason=reason))
+        self.repository.save(conversation)
+        return event
 
     def retitle(self, conversation_id: ConversationId, title: str) -> MetadataOutcome:
         """Give the conversation the title `title` (trimmed; empty: none), recording a
@@ -486,7 +531,7 @@ class ConversationService:
         first (up to METADATA_RETRIES times)."""
         retries = 0
         while True:
-            conversation = self.repository.load(conversation_id)
+            conversation = self._load(conversation_id)
             self._refuse_beside_live_writer(conversation, what)
             self._close_dead_response(conversation)
             event = draft(conversation.state)
@@ -508,7 +553,7 @@ class ConversationService:
 
     def get(self, conversation_id: ConversationId) -> Conversation:
         """The conversation's aggregate; raises ConversationNotFound."""
-        return self.repository.load(conversation_id)
+        return self._load(conversation_id)
 
     def events(self, conversation_id: ConversationId, *, after: int = 0) -> Iterator[Event]:
         """One conversation's events in order."""
@@ -542,6 +587,15 @@ class ConversationService:
         return self.repository.locate(started)
 
     # --- internals --------------------------------------------------------------------------
+
+    def _load(self, conversation_id: ConversationId) -> Conversation:
+        """The conversation from the repository, with its cipher on an encrypting store."""
+        conversation = self.repository.load(conversation_id)
+        conversation.cipher = self._cipher(conversation_id)
+        return conversation
+
+    def _cipher(self, conversation_id: ConversationId) -> Cipher | None:
+        return None if self.ciphers is None else self.ciphers.cipher(conversation_id)
 
     def _recorder(
         self,

@@ -54,6 +54,8 @@ class ConversationState(msgspec.Struct, kw_only=True):
     """The current title: its Started's, or its newest Retitled's."""
     labels: tuple[str, ...] = ()
     """The current labels, in the order they were put on, each once."""
+    forgotten_on: datetime | None = None
+    """When it was forgotten (its Forgotten event): nothing may follow."""
 
 
 def copy_state(state: ConversationState) -> ConversationState:

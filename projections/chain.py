@@ -22,6 +22,7 @@ import msgspec
 
 from convstore.domain.errors import IntegrityError
 from convstore.domain.events import Started
+from convstore.domain.sealing import strip
 from convstore.projections.verify import check_states, decode
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ def _fork_point(states: list[tuple[int, bytes]]) -> tuple[UUID, int] | None:
     if not states or states[0][0] != 1:
         return None
     try:
-        first = decode(states[0][1])
+        first = decode(strip(states[0][1]))  # its fork fields are clear when sealed
     except IntegrityError:  # the check reports it
         return None
     if isinstance(first, Started) and first.forked_from is not None:

@@ -42,7 +42,7 @@ from typing import Any
 import msgspec
 from eventsourcing.persistence import Notification, Subscription
 
-from convstore.domain.errors import IntegrityError
+from convstore.domain.errors import ConversationForgotten, IntegrityError
 from convstore.storage.errors import OperationalError, TrackingConflict
 from convstore.storage.mapper import EventMapper
 from convstore.storage.recorder import ConversationRecorder
@@ -80,6 +80,11 @@ class TrackedProjection(ABC):
     decoder: Callable[[bytes], Any] | None = None
     """How the projection reads a stored event; None: the store's mapper (typed events).
     A projection may read only the fields it needs, with msgspec structs of its own."""
+
+    forgets: bool = False
+    """Whether it is given the Forgotten events (and then deletes what it holds of their
+    conversations). Every other event of a forgotten conversation is passed over, for
+    every projection: nothing of it may be read."""
 
     @abstractmethod
     def setup(self, cursor: Any) -> None:
@@ -148,7 +153,15 @@ class Follower:
         self.recorder = recorder
         self.projection = projection
         self.name = projection.name
-        self.decode = projection.decoder or (mapper or EventMapper()).decode
+        decode = projection.decoder or (mapper or EventMapper()).decode
+        unseal = recorder.unseal
+        if projection.decoder is None and unseal is not None:  # an encrypted store's
+            typed = decode
+
+            def decode(state: bytes) -> Any:
+                return typed(unseal(state))
+
+        self.decode = decode
         self.batch_size = batch_size
         self.linger = linger
         self.fault = fault
@@ -222,6 +235,8 @@ class Follower:
             expected = nid + 1
             try:
                 events.append((nid, decode(state)))
+            except ConversationForgotten:
+                continue  # its key is gone: nothing of it may be read
             except (IntegrityError, msgspec.DecodeError, RecursionError):
                 report.undecodable += 1
                 log.error(
@@ -230,6 +245,8 @@ class Follower:
                     self.name,
                     nid,
                 )
+        if self.recorder.unseal is not None:  # an encrypted store may hold forgotten ones
+            events = self._without_forgotten(events)
         last = stored[-1][0]
         fault = self.fault
         if fault is not None:
@@ -244,6 +261,26 @@ class Follower:
         report.position = last
         if fault is not None:
             fault("committed")
+
+    def _without_forgotten(self, events: list[Positioned]) -> list[Positioned]:
+        """The batch without the events of forgotten conversations (their Forgotten
+        events kept for a projection that `forgets`)."""
+        from convstore.storage.forgetting import forgotten_on
+
+        gone = {
+            c
+            for c in {event.originator_id for _, event in events}
+            if forgotten_on(self.recorder, c) is not None
+        }
+        if not gone:
+            return events
+        keep = self.projection.forgets
+        return [
+            (nid, event)
+            for nid, event in events
+            if event.originator_id not in gone
+            or (keep and getattr(event, "type", type(event).__name__) == "Forgotten")
+        ]
 
     # --- following ----------------------------------------------------------------------------
 

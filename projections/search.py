@@ -57,7 +57,7 @@ both backends.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol
 from uuid import UUID
 
@@ -319,6 +319,7 @@ class _Dialect(Protocol):
     ) -> None: ...
     def delete(self, cursor: Any, conversation: UUID, spans: list[tuple[int, int]]) -> None: ...
     def delete_ids(self, cursor: Any, low: int, high: int) -> None: ...
+    def merge(self, cursor: Any) -> None: ...
     def title_span(self, cursor: Any, conversation: UUID) -> tuple[int, int] | None: ...
     def set_titles(self, cursor: Any, titles: dict[UUID, tuple[int, int] | None]) -> None: ...
     def search(self, cursor: Any, node: Node, limit: int) -> list[tuple[Row, float]]: ...
@@ -408,6 +409,10 @@ class _SQLite:
 
     def delete_ids(self, cursor: Any, low: int, high: int) -> None:
         self._delete(cursor, " FROM search_rows WHERE id BETWEEN ? AND ?", (low, high))
+
+    def merge(self, cursor: Any) -> None:
+        # A contentless index keeps deleted terms in its segments until they are merged.
+        cursor.execute("INSERT INTO search_fts (search_fts) VALUES ('optimize')")
 
     def title_span(self, cursor: Any, conversation: UUID) -> tuple[int, int] | None:
         row = cursor.execute(
@@ -556,6 +561,9 @@ class _Postgres:
     def delete_ids(self, cursor: Any, low: int, high: int) -> None:
         cursor.execute("DELETE FROM search_rows WHERE id BETWEEN %s AND %s", (low, high))
 
+    def merge(self, cursor: Any) -> None:
+        """Nothing to merge: the rows hold the text (VACUUM drops the dead versions)."""
+
     def title_span(self, cursor: Any, conversation: UUID) -> tuple[int, int] | None:
         row = cursor.execute(
             "SELECT low, high FROM search_titles WHERE conversation_id = %s", (conversation,)
@@ -606,6 +614,27 @@ class _Postgres:
             yield _encode(list(row))
 
 
+SEARCH_TABLES: Final = ("search_rows", "search_turns", "search_attempts", "search_titles")
+"""The index's tables that name a conversation."""
+_NO_VERSION: Final = 2**62
+"""Above any version: a span that covers a whole conversation."""
+
+
+def _unsealing(unseal: Callable[[bytes], bytes]) -> Callable[[bytes], Indexed]:
+    """`read_event` after `unseal`; an event whose key is gone (its conversation was
+    forgotten) reads as its clear fields alone, so it indexes nothing."""
+    from convstore.domain.errors import ConversationForgotten
+    from convstore.domain.sealing import strip
+
+    def read(state: bytes) -> Indexed:
+        try:
+            return read_event(unseal(state))
+        except ConversationForgotten:
+            return read_event(strip(state))
+
+    return read
+
+
 def _within(version: int, spans: list[tuple[int, int]]) -> bool:
     return any(first <= version <= last for first, last in spans)
 
@@ -629,12 +658,40 @@ class SearchIndex(TrackedProjection):
     """The search view of one store: `process` keeps it, `search` reads it."""
 
     name = NAME
-    decoder = staticmethod(read_event)
+    forgets = True
 
     def __init__(self, recorder: ConversationRecorder) -> None:
         self.recorder = recorder
         self.dialect = _dialect(recorder)
         self._ready = False
+        unseal = recorder.unseal
+        self._read: Callable[[bytes], Indexed] = (
+            read_event if unseal is None else _unsealing(unseal)
+        )
+        """Stored bytes → `Indexed` (their content unsealed on an encrypted store)."""
+        self.decoder = self._read
+
+    @classmethod
+    def purge(cls, recorder: ConversationRecorder, conversations: Sequence[UUID]) -> None:
+        """Delete every row of these conversations (they were forgotten), leaving no copy
+        of their text in the index (a `storage.forgetting.Purge`)."""
+        index = cls(recorder)
+        if not index._ensure_tables():
+            return
+        with recorder.view_transaction(index.name) as cursor:
+            index._purge(cursor, conversations)
+        recorder.scrub(SEARCH_TABLES)
+
+    def _purge(self, cursor: Any, conversations: Iterable[UUID]) -> None:
+        """Delete forgotten conversations' rows, then merge the index so no segment keeps
+        their terms."""
+        dialect = self.dialect
+        for conversation in conversations:
+            dialect.delete(cursor, conversation, [(0, _NO_VERSION)])
+            dialect.set_turns(cursor, {conversation: None})
+            dialect.set_attempt_turns(cursor, {conversation: None})
+            dialect.set_titles(cursor, {conversation: None})
+        dialect.merge(cursor)
 
     def setup(self, cursor: Any) -> None:
         """Create the tables if missing."""
@@ -697,7 +754,16 @@ class SearchIndex(TrackedProjection):
             dialect.set_attempt_turns(cursor, attempts_changed)
         if titles:
             dialect.set_titles(cursor, titles)
-        return len(rows)
+        return self._purge_forgotten(cursor, events, len(rows))
+
+    def _purge_forgotten(self, cursor: Any, events: Sequence[Positioned], rows: int) -> int:
+        """Delete every row of the conversations forgotten in this batch (a Forgotten
+        indexes nothing itself): every reader treats them as forgotten from there.
+        Returns `rows`, the batch's count."""
+        forgotten = {e.originator_id for _, e in events if e.type == "Forgotten"}
+        if forgotten:
+            self._purge(cursor, forgotten)
+        return rows
 
     def _drop_title(
         self,
@@ -729,7 +795,7 @@ class SearchIndex(TrackedProjection):
         for version, state in self.recorder.select_states(started.originator_id):
             if version >= started.originator_version:
                 break
-            event = read_event(state)
+            event = self._read(state)
             if event.type == "TurnStarted":
                 turn = event.turn_id
             elif event.type == "TurnEnded":

@@ -375,6 +375,18 @@ extends the chain with new events only. The `prefixes` rows of `0005_prefixes` a
 their digests were not bound to a provider, and the index derives the new ones from the
 log."""
 
+_FORGETTING_SQLITE: Final = (
+    "CREATE TABLE IF NOT EXISTS store_options (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS forgetting (originator_id BLOB PRIMARY KEY) WITHOUT ROWID",
+)
+_FORGETTING_POSTGRES: Final = (
+    "CREATE TABLE IF NOT EXISTS {s}.store_options (name text PRIMARY KEY, value text NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS {s}.forgetting (originator_id uuid PRIMARY KEY)",
+)
+"""`store_options` records what a store was created with (`encrypt`), so encryption
+cannot be half on; `forgetting` lists the conversations a `forget` is under way for (its
+intent, written before the Forgotten event), so the next forget or writer finishes it."""
+
 MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration("0001_initial", sqlite=_INITIAL_SQLITE, postgres=_INITIAL_POSTGRES),
     Migration(
@@ -408,6 +420,13 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         "0006_prefix_heads",
         sqlite=_PREFIX_HEADS_SQLITE,
         postgres=_PREFIX_HEADS_POSTGRES,
+        readable_without=True,
+    ),
+    # Readable without: a store lacking it is a plain one with nothing forgotten.
+    Migration(
+        "0007_forgetting",
+        sqlite=_FORGETTING_SQLITE,
+        postgres=_FORGETTING_POSTGRES,
         readable_without=True,
     ),
 )

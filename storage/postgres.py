@@ -273,6 +273,18 @@ class PostgresRecorder(ConversationRecorder):
         if connection is not None:
             self._discard(connection)
 
+    def scrub(self, tables: Sequence[str]) -> None:
+        """VACUUM the tables a forget deleted from, so no dead row version keeps the text
+        (the server's WAL and backups are out of reach: see the README)."""
+        with self._using() as connection:
+            for table in tables:
+                if self._has_table(connection, table):
+                    connection.execute(
+                        sql.SQL("VACUUM {}.{}").format(
+                            sql.Identifier(self.schema), sql.Identifier(table)
+                        )
+                    )
+
     def close(self) -> None:
         """Stop every subscription still running, and close every thread's connection.
 

@@ -87,6 +87,18 @@ class ConversationRecorder(ApplicationRecorder, TrackingRecorder, ABC):
     """The migrations this recorder applied when it opened the store (a writer's)."""
     read_only: bool = False
     """True for a reader: it writes nothing, migrates nothing, creates nothing."""
+    unseal: Callable[[bytes], bytes] | None = None
+    """On an encrypted store, stored bytes → the same with their content decrypted
+    (`storage.ciphers.StoreCiphers.unseal`), for readers of raw states (projections)."""
+
+    def secure(self) -> None:
+        """Have every connection overwrite what it deletes (an encrypted store's)."""
+
+    @abstractmethod
+    def scrub(self, tables: Sequence[str]) -> None:
+        """After a forget's deletes: leave no old copy of deleted rows of `tables` in the
+        database's files (SQLite: checkpoint the WAL with TRUNCATE; PostgreSQL: VACUUM
+        them)."""
 
     @abstractmethod
     def applied_migrations(self) -> list[AppliedMigration]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import datetime
 from typing import Final, NamedTuple
 from uuid import UUID
@@ -35,12 +35,14 @@ import msgspec
 from convstore.domain.conversation import Conversation
 from convstore.domain.errors import (
     ConcurrencyConflict,
+    ConversationForgotten,
     ConversationNotFound,
     ResponseStoredElsewhere,
 )
 from convstore.domain.errors import IntegrityError as UnreadableEvent
-from convstore.domain.events import EPOCH, Event, ResponseStarted, Started
-from convstore.domain.service import ConversationFilter, ConversationSummary
+from convstore.domain.events import EPOCH, Event, Forgotten, ResponseStarted, Started
+from convstore.domain.sealing import UNSEALED
+from convstore.domain.service import Ciphers, ConversationFilter, ConversationSummary
 from convstore.domain.settled import ActivityState, SettledItems, StoredResponse
 from convstore.domain.state import ConversationState, copy_state, forked, settle
 from convstore.domain.vocabulary import ConversationId
@@ -200,9 +202,21 @@ class EventRepository:
         snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
         cache_size: int = 0,
         cache_entries: int = DEFAULT_CACHE_ENTRIES,
+        unseal: Callable[[bytes], bytes] | None = None,
+        ciphers: Ciphers | None = None,
     ) -> None:
         self.recorder = recorder
         self.mapper = mapper or EventMapper()
+        decode = self.mapper.decode
+        self.decode: Callable[[bytes], Event] = (
+            decode if unseal is None else (lambda state: decode(unseal(state)))
+        )
+        """Stored bytes → the typed event, its content unsealed on an encrypted store."""
+        self.sealed_only = unseal is not None
+        """Whether `save` refuses events not sealed (an encrypted store: never half on)."""
+        self.ciphers = ciphers
+        """On an encrypted store, what gives each loaded aggregate its cipher (as the
+        service does), so an aggregate loaded here can record and be saved."""
         self.snapshot_every = snapshot_every
         self.cache_size = cache_size
         """How many conversations' states to keep; 0 (the default here) keeps none, so
@@ -212,6 +226,14 @@ class EventRepository:
         self._cache_weight = 0
         self._cache_guard = threading.Lock()
 
+    def drop_cached(self, conversation_ids: Collection[UUID]) -> None:
+        """Drop these conversations' cached states (they were forgotten)."""
+        with self._cache_guard:
+            for conversation_id in conversation_ids:
+                cached = self._cache.pop(ConversationId(conversation_id), None)
+                if cached is not None:
+                    self._cache_weight -= cached.weight
+
     def forget(self) -> None:
         """Drop every cached state (a commit group lost appends the cache had seen)."""
         with self._cache_guard:
@@ -219,16 +241,24 @@ class EventRepository:
             self._cache_weight = 0
 
     def load(self, conversation_id: ConversationId) -> Conversation:
-        """The conversation as of its newest event; raises ConversationNotFound. A fork
-        starts from its parent's state at the fork point (`domain.state.forked`)."""
+        """The conversation as of its newest event, with its cipher on an encrypted store;
+        raises ConversationNotFound, ConversationForgotten. A fork starts from its
+        parent's state at the fork point (`domain.state.forked`)."""
+        conversation = self._load(conversation_id)
+        if self.ciphers is not None:
+            conversation.cipher = self.ciphers.cipher(conversation_id)
+        return conversation
+
+    def _load(self, conversation_id: ConversationId) -> Conversation:
         if self.cache_size:
             cached = self._cached(conversation_id)
             if cached is not None:
                 cached_version, cached_state = cached
                 after = self.recorder.select_states(conversation_id, gt=cached_version)
+                _refuse_forgotten(conversation_id, after, cached_state.forgotten_on)
                 conversation = Conversation.replay(
                     conversation_id,
-                    map(self.mapper.decode, (state for _, state in after)),
+                    map(self.decode, (state for _, state in after)),
                     state=copy_state(cached_state),
                     version=cached_version,
                     settled=StoreSettled(self.recorder, conversation_id),
@@ -242,7 +272,8 @@ class EventRepository:
         rows = self.recorder.select_states(conversation_id, gt=version)
         if state is None and not rows:
             raise ConversationNotFound(f"no conversation {conversation_id} in this store")
-        decode = self.mapper.decode
+        _refuse_forgotten(conversation_id, rows, None if state is None else state.forgotten_on)
+        decode = self.decode
         if state is None:
             state = self._fork_base(decode(rows[0][1]))
         # A generator, not a list: each event is dropped once applied, so replay's peak
@@ -264,7 +295,8 @@ class EventRepository:
         rows = self.recorder.select_states(conversation_id)
         if not rows:
             raise ConversationNotFound(f"no conversation {conversation_id} in this store")
-        decode = self.mapper.decode
+        _refuse_forgotten(conversation_id, rows, None)
+        decode = self.decode
         first = decode(rows[0][1])
         own_from = 1
         if isinstance(first, Started) and first.forked_from is not None:
@@ -282,13 +314,18 @@ class EventRepository:
         """For a fork's Started, the state it starts from: its parent's at the fork point."""
         if not isinstance(first, Started) or first.forked_from is None:
             return None
-        return forked(self.state_at(ConversationId(first.forked_from), first.forked_at))
+        try:
+            return forked(self.state_at(ConversationId(first.forked_from), first.forked_at))
+        except ConversationForgotten:  # its parent was forgotten: the prefix is hidden
+            return forked(ConversationState())
 
     def save(self, conversation: Conversation) -> None:
         """Write the collected events atomically; raises ConcurrencyConflict, EventTooLarge."""
         events = conversation.pending
         if not events:
             return
+        if self.sealed_only:
+            _refuse_unsealed(events, conversation.encoded)
         stored = list(map(self.mapper.stored, events, conversation.encoded))
         responses = [_row(e) for e in events if type(e) is ResponseStarted and _indexed(e)]
         snapshot = kept = None
@@ -385,7 +422,8 @@ class EventRepository:
         rows = self.recorder.select_states(conversation_id, gt=after)
         if not rows and after == 0:
             raise ConversationNotFound(f"no conversation {conversation_id} in this store")
-        decode = self.mapper.decode
+        _refuse_forgotten(conversation_id, rows, None)
+        decode = self.decode
         return (decode(state) for _, state in rows)
 
     def _catalogue_row(
@@ -471,8 +509,11 @@ class EventRepository:
         labels: tuple[str, ...]
         forked_from = None
         try:
-            started = self.mapper.decode(first.state)
-        except UnreadableEvent:  # listed all the same, said unreadable: never a stop
+            started = self.decode(first.state)
+        except (
+            UnreadableEvent,
+            ConversationForgotten,
+        ):  # listed all the same, said unreadable: never a stop
             title, labels, created = UNREADABLE_TITLE, (), _stamp(first.state)
         else:
             title, labels = ("", ())
@@ -486,6 +527,46 @@ class EventRepository:
             created_on=created,
             events=first.events,
             forked_from=None if forked_from is None else ConversationId(forked_from),
+        )
+
+
+def _refuse_unsealed(events: Sequence[Event], encoded: Sequence[bytes]) -> None:
+    """Raise IntegrityError (nothing written) for an event an encrypted store would hold in
+    clear: its aggregate was given no cipher."""
+    for event, state in zip(events, encoded, strict=True):
+        if b'"sealed":"' not in state and type(event).__name__ not in UNSEALED:
+            raise UnreadableEvent(
+                f"{type(event).__name__} at version {event.originator_version} of conversation "
+                f"{event.originator_id} is not sealed, and this store encrypts: nothing was "
+                "written (record through the store's service, which seals)"
+            )
+
+
+def forgotten_event(state: bytes) -> Forgotten | None:
+    """The Forgotten event stored bytes hold, or None when they hold another event."""
+    if b'"type":"Forgotten"' not in state:  # never sealed, so never missed
+        return None
+    try:
+        event = EventMapper.decode(state)
+    except UnreadableEvent:
+        return None
+    return event if isinstance(event, Forgotten) else None
+
+
+def _refuse_forgotten(
+    conversation_id: UUID, rows: Sequence[tuple[int, bytes]], on: datetime | None
+) -> None:
+    """Raise ConversationForgotten when the newest of `rows` (or the state, `on`) says
+    the conversation was forgotten: nothing may be read of it any more."""
+    if rows:
+        newest = forgotten_event(rows[-1][1])
+        if newest is not None:
+            on = newest.timestamp
+    if on is not None:
+        raise ConversationForgotten(
+            f"conversation {conversation_id} was forgotten on {on:%Y-%m-%d}",
+            conversation_id=conversation_id,
+            on=on,
         )
 
 

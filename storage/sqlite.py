@@ -143,6 +143,7 @@ class SQLiteRecorder(ConversationRecorder):
         self._topic_ids: dict[str, int] = {}
         self._topics: dict[int, str] = {}
         self._catalogued: bool | None = None
+        self._secure = False
         if read_only:
             if self.path == ":memory:" or not Path(self.path).is_file():
                 raise StoreNotFound(
@@ -255,6 +256,8 @@ class SQLiteRecorder(ConversationRecorder):
         )
         connection.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
         connection.execute(f"PRAGMA synchronous={self.synchronous}")
+        if self._secure:
+            connection.execute("PRAGMA secure_delete=ON")
         with self._guard:
             self._connections.append(connection)
         return connection
@@ -264,6 +267,20 @@ class SQLiteRecorder(ConversationRecorder):
         if group is not None:
             return group.transaction()
         return _Transaction(self._connection(), self.busy_timeout_ms)
+
+    def secure(self) -> None:
+        """`secure_delete` on every connection, now and later: deleted content is zeroed."""
+        self._secure = True
+        with self._guard:
+            connections = list(self._connections)
+        for connection in connections:
+            connection.execute("PRAGMA secure_delete=ON")
+
+    def scrub(self, tables: Sequence[str]) -> None:
+        """Checkpoint the WAL with TRUNCATE, so no frame keeps a deleted row (with
+        `secure_delete` on, the deleted rows' bytes in the file are zeroed already)."""
+        with translating():
+            self._connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def close(self) -> None:
         """Close every thread's connection."""

@@ -66,6 +66,7 @@ from convstore.domain import (
     ConversationId,
     ConversationState,
     Event,
+    Forgotten,
     HostedActivity,
     ProviderPayload,
     Reasoning,
@@ -820,5 +821,6 @@ def test_the_machine_reaches_every_outcome() -> None:
     }
     missing = {r.__name__ for r in refusals} - set(OUTCOMES)
     assert not missing, f"never refused: {missing} ({OUTCOMES})"
-    kinds = {f"accepted:{t.__name__}" for t in EVENT_TYPES if t is not Started}
+    # Forgotten ends a conversation: tests/test_forget.py covers it, not this machine.
+    kinds = {f"accepted:{t.__name__}" for t in EVENT_TYPES if t not in (Started, Forgotten)}
     assert not kinds - set(OUTCOMES), f"never accepted: {kinds - set(OUTCOMES)}"

@@ -238,6 +238,7 @@ FAILING: dict[str, list[str]] = {
     "title": [MISSING, "a title"],
     "label": [MISSING, "--add", "tea"],
     "repair": [MISSING],
+    "forget": [MISSING],
     "answer": [MISSING, "call_1", "--text", "ok"],
 }
 """A failing run of every command (on a store that does not exist, or a wrong id)."""

@@ -38,6 +38,8 @@ STATES: list[bytes] = (GOLDEN / "conversation.jsonl").read_bytes().splitlines()
 """The golden conversation's stored events, version 1 first."""
 METADATA_STATES: list[bytes] = (GOLDEN / "metadata.jsonl").read_bytes().splitlines()
 """A conversation's title and label changes, as the version that added them stored them."""
+FORGOTTEN_STATES: list[bytes] = (GOLDEN / "forgotten.jsonl").read_bytes().splitlines()
+"""A sealed conversation of an encrypted store, then forgotten (its key destroyed)."""
 _SNAPSHOT = json.loads((GOLDEN / "snapshot.json").read_text())
 SNAPSHOT_VERSION: int = _SNAPSHOT["version"]
 SNAPSHOT_STATE = base64.b64decode(_SNAPSHOT["state"])
@@ -84,7 +86,8 @@ def test_golden_fixtures_hold_every_event_type_and_read_back_exactly() -> None:
     """Scenario 10: every event type's version-1 bytes decode into today's class and encode
     back to the same fields (as stored, or as their upcaster returns them): nothing dropped,
     renamed or reinterpreted, and the stored chain holds."""
-    assert {msgspec.json.decode(s, type=_Head).type for s in STATES + METADATA_STATES} >= {
+    every = STATES + METADATA_STATES + FORGOTTEN_STATES
+    assert {msgspec.json.decode(s, type=_Head).type for s in every} >= {
         cls.__struct_config__.tag for cls in EVENT_TYPES
     }
     for state, event in zip(STATES, golden_events(), strict=True):
@@ -97,6 +100,20 @@ def test_golden_fixtures_hold_every_event_type_and_read_back_exactly() -> None:
         ConversationId(decode(METADATA_STATES[0]).originator_id), map(decode, METADATA_STATES)
     )
     assert (metadata.state.title, metadata.state.labels) == ("", ("japan",))
+
+
+def test_a_golden_sealed_and_forgotten_conversation_still_verifies_without_its_key() -> None:
+    """The sealed fixture's chain holds over its ciphertext with no key anywhere; its
+    Forgotten reads back; its sealed events name known types."""
+    from convstore.domain.events import Forgotten
+    from convstore.domain.sealing import sealed_kind
+
+    assert verify_stored(enumerate(FORGOTTEN_STATES, 1)) == []
+    kinds = [sealed_kind(state) for state in FORGOTTEN_STATES]
+    assert kinds == ["Started", "TurnStarted", "UserMessage", None]
+    forgotten = decode(FORGOTTEN_STATES[-1])
+    assert isinstance(forgotten, Forgotten) and forgotten.reason == "golden fixture"
+    assert json.loads(encode(forgotten)) == json.loads(FORGOTTEN_STATES[-1])
 
 
 def test_golden_snapshot_reads_as_the_state_its_events_fold_to() -> None:

@@ -200,11 +200,27 @@ def anchor_command(args: argparse.Namespace, session: Session) -> int:
     return code
 
 
-@command("migrate", "apply the store migrations this version has and the store lacks", json_flag)
+def _migrate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--encrypt",
+        action="store_true",
+        help="write an encrypted copy of this plain store to --to (this one is only read)",
+    )
+    parser.add_argument("--to", metavar="URL", help="the new encrypted store (with --encrypt)")
+    json_flag(parser)
+
+
+@command(
+    "migrate", "apply the store migrations this version has and the store lacks", _migrate_arguments
+)
 def migrate_command(args: argparse.Namespace, session: Session) -> int:
     """Bring the store's tables up to this version, in place: each missing migration in a
     transaction of its own. Any writing command does the same on open; this one says what
-    it did, for a store that read-only readers refused. Exit 0; 2 for a newer store."""
+    it did, for a store that read-only readers refused. Exit 0; 2 for a newer store.
+    `--encrypt --to URL` writes an encrypted copy instead and reports both chain heads of
+    each conversation."""
+    if args.encrypt or args.to is not None:
+        return _encrypt_copy(args, session)
     store = session.store
     applied = store.recorder.migrated
     recorded = store.recorder.applied_migrations()
@@ -226,4 +242,41 @@ def migrate_command(args: argparse.Namespace, session: Session) -> int:
     state = "migrated" if applied else "up to date"
     count = len(recorded)
     session.out.line(f"{state}: {count} migration{'' if count == 1 else 's'}, latest {latest}")
+    return 0
+
+
+def _encrypt_copy(args: argparse.Namespace, session: Session) -> int:
+    from convstore.domain.errors import ConfigurationError
+    from convstore.storage.encrypting import encrypt_copy
+
+    if not (args.encrypt and args.to):
+        raise ConfigurationError(
+            "an encrypted copy needs both: `convstore migrate --encrypt --to URL`"
+        )
+    copy = encrypt_copy(session.reader, args.to)
+    if args.json:
+        session.out.json(
+            {
+                "store": copy.source,
+                "to": copy.target,
+                "events": copy.events,
+                "conversations": [
+                    {
+                        "conversation_id": c.conversation_id,
+                        "events": c.events,
+                        "source_head": c.source_head,
+                        "head": c.head,
+                    }
+                    for c in copy.conversations
+                ],
+            }
+        )
+        return 0
+    for c in copy.conversations:
+        session.out.line(f"{c.conversation_id}: {c.events} events, {c.source_head} -> {c.head}")
+    count = len(copy.conversations)
+    session.out.line(
+        f"copied {count} conversation{'' if count == 1 else 's'} ({copy.events} events), "
+        f"encrypted, to {copy.target}"
+    )
     return 0

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from convstore.adapters.cli import (
     completion,
     conversations,
+    forgetting,
     importing,
     index,
     integrity,
@@ -36,7 +37,7 @@ from convstore.adapters.cli.registry import (
 )
 from convstore.adapters.terminal import render
 from convstore.adapters.terminal.render import Renderer, TextStream
-from convstore.domain.errors import ConvstoreError
+from convstore.domain.errors import ConversationForgotten, ConvstoreError
 
 COMMAND_MODULES = (
     conversations,
@@ -46,6 +47,7 @@ COMMAND_MODULES = (
     proxying,
     viewing,
     integrity,
+    forgetting,
     index,
     completion,
 )
@@ -216,6 +218,11 @@ def _main(argv: Sequence[str] | None) -> int:
         _finished()
         out.flush()
         return code
+    except ConversationForgotten as forgotten:  # said, not failed: exit 0
+        _finished()
+        _say_forgotten(args, out, forgotten)
+        out.flush()
+        return 0
     except ConvstoreError as error:
         _finished()
         if getattr(args, "json", False) and not out.wrote:  # scripts read the failure too
@@ -244,6 +251,21 @@ def _main(argv: Sequence[str] | None) -> int:
     finally:
         _finished()
         session.close()
+
+
+def _say_forgotten(
+    args: argparse.Namespace, out: Renderer, forgotten: ConversationForgotten
+) -> None:
+    """A reading (or a write) of a forgotten conversation: when, and nothing else."""
+    if getattr(args, "json", False) and not out.wrote:
+        out.json(
+            {
+                "conversation_id": str(forgotten.conversation_id),
+                "forgotten_on": forgotten.on.isoformat(),
+            }
+        )
+        return
+    out.line(f"conversation {forgotten.conversation_id} was forgotten on {forgotten.on:%Y-%m-%d}")
 
 
 def _output_failed(err: Renderer, failed: _OutputFailed) -> int:

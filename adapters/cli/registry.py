@@ -25,6 +25,8 @@ ENV_URL = "CONVSTORE_URL"
 ENV_DEBUG = "CONVSTORE_DEBUG"
 MAX_EVENT_BYTES = "limits.max_event_bytes"
 """The configuration key of the largest event a store accepts (DESIGN.md)."""
+STORE_ENCRYPT = "store.encrypt"
+"""The configuration key that creates a store encrypted (issue 19)."""
 
 
 class Session:
@@ -69,12 +71,16 @@ class Session:
         from convstore.storage import open_store  # here: `--help` needs no database
         from convstore.storage.mapper import DEFAULT_MAX_EVENT_BYTES
 
-        limit = lookup(load_config(list(self.cfg)), MAX_EVENT_BYTES, DEFAULT_MAX_EVENT_BYTES)
+        config = load_config(list(self.cfg))
+        limit = lookup(config, MAX_EVENT_BYTES, DEFAULT_MAX_EVENT_BYTES)
         if type(limit) is not int or limit < 1:
             raise ConfigurationError(
                 f"{MAX_EVENT_BYTES} must be a positive number of bytes, not {limit!r}"
             )
-        return open_store(self.url, max_event_bytes=limit, read_only=read_only)
+        encrypt = lookup(config, STORE_ENCRYPT, False)
+        if type(encrypt) is not bool:
+            raise ConfigurationError(f"{STORE_ENCRYPT} must be true or false, not {encrypt!r}")
+        return open_store(self.url, max_event_bytes=limit, read_only=read_only, encrypt=encrypt)
 
     def close(self) -> None:
         """Close the store if a command opened it."""

@@ -2,6 +2,8 @@
 configuration that a command makes before its first write.
 
 - `limits.max_event_bytes`: the largest event a store accepts (DESIGN.md).
+- `store.encrypt`: create the store encrypted (issue 19; recorded in the store, so it
+  matters only when the store is created).
 - `ask.max_continuations`: how many times `ask` continues a paused turn (`pause_turn`),
   or a response cut at its token limit under `--continue-on-length`, by itself (5).
 
@@ -19,7 +21,14 @@ import msgspec
 from convstore.adapters.config.provider import ConfigBlock, PositiveInt, explain
 from convstore.domain.errors import ConfigurationError
 
-__all__ = ["DEFAULT_MAX_CONTINUATIONS", "AppConfig", "AskConfig", "LimitsConfig", "checked"]
+__all__ = [
+    "DEFAULT_MAX_CONTINUATIONS",
+    "AppConfig",
+    "AskConfig",
+    "LimitsConfig",
+    "StoreConfig",
+    "checked",
+]
 
 DEFAULT_MAX_CONTINUATIONS: Final = 5
 
@@ -29,6 +38,14 @@ class LimitsConfig(ConfigBlock, frozen=True, kw_only=True):
 
     max_event_bytes: PositiveInt | None = None
     """The largest stored event; None: the store's default (64 MiB)."""
+
+
+class StoreConfig(ConfigBlock, frozen=True, kw_only=True):
+    """`store`: how a store is created."""
+
+    encrypt: bool = False
+    """Seal each conversation's content under its own key (`forget` needs it); read
+    only when the store is created, then recorded in it."""
 
 
 class AskConfig(ConfigBlock, frozen=True, kw_only=True):
@@ -43,6 +60,7 @@ class AppConfig(ConfigBlock, frozen=True, kw_only=True):
 
     providers: dict[str, dict[str, Any]] = {}
     limits: LimitsConfig = LimitsConfig()
+    store: StoreConfig = StoreConfig()
     ask: AskConfig = AskConfig()
 
 

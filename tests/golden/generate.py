@@ -13,7 +13,9 @@ add an upcaster (`storage/upcasting.py`) instead, and new fixtures beside these.
 - `snapshot.json`: the snapshot the repository stored part-way through (`version`, and
   `state`: the msgpack bytes in base64);
 - `metadata.jsonl`, beside them (written when Retitled and Relabelled were added): a
-  conversation titled, retitled, relabelled and its title cleared, its exact bytes.
+  conversation titled, retitled, relabelled and its title cleared, its exact bytes;
+- `forgotten.jsonl` (written when encryption and Forgotten were added): a conversation of
+  an encrypted store, its content sealed, then forgotten (its key destroyed), its bytes.
 """
 
 from __future__ import annotations
@@ -203,5 +205,23 @@ def metadata() -> None:
     print(f"{len(states)} events in {FOLDER / 'metadata.jsonl'}")
 
 
+def forgotten() -> None:
+    """Record a sealed conversation and forget it; write its stored bytes."""
+    from convstore.storage import forgetting
+
+    with (
+        tempfile.TemporaryDirectory() as scratch,
+        open_store(f"sqlite:///{scratch}/golden.db", encrypt=True) as store,
+    ):
+        conversation = store.service.start("Kyoto notes", ["travel"])
+        store.service.add_user_input(
+            conversation, [UserMessage(blocks=("Where should I stay in Kyoto?",))]
+        )
+        forgetting.forget(store, conversation, reason="golden fixture")
+        states = store.recorder.select_states(conversation)
+    (FOLDER / "forgotten.jsonl").write_bytes(b"".join(state + b"\n" for _, state in states))
+    print(f"{len(states)} events in {FOLDER / 'forgotten.jsonl'}")
+
+
 if __name__ == "__main__":
-    metadata() if sys.argv[1:] == ["metadata"] else main()
+    {"metadata": metadata, "forgotten": forgotten}.get(" ".join(sys.argv[1:]), main)()
