@@ -442,3 +442,8 @@ def citation_marks(
     if start < len(whole) or not pieces:
         pieces.append((whole[start:], []))
     return pieces
+
+
+def forgotten_line(conversation_id: object, on: datetime) -> str:
+    """`conversation ID was forgotten on DATE`: all any reading says of a forgotten one."""
+    return f"conversation {conversation_id} was forgotten on {on:%Y-%m-%d}"

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
+from convstore.adapters.cli import main
 from convstore.adapters.web.app import viewer_app
 from convstore.adapters.web.guard import COOKIE, DISPLAY_POLICY, PAGE_POLICY
 from convstore.adapters.web.html import link_url
@@ -358,5 +359,38 @@ def test_the_viewer_reads_either_backend(store_url: str, tmp_path: Path) -> None
             assert f'href="/c/{_hostile(store)}#turn-' in found
         with pytest.raises(Exception, match=r"(?i)read.?only"):
             store.service.retitle(_hostile(store), "changed by the viewer")
+    finally:
+        store.close()
+
+
+def test_a_forgotten_conversation_says_when_and_nothing_else(tmp_path: Path) -> None:
+    """On an encrypted store, after `convstore forget`, every page of the conversation says
+    "forgotten on DATE" (200, as `show` exits 0) and shows nothing of it; the list and
+    search no longer hold it; the others read as before."""
+    db = tmp_path / "encrypted.db"
+    url = f"sqlite:///{db}"
+    open_store(url, encrypt=True).close()
+    fill(url, tmp_path)
+    with open_store(url, read_only=True) as before:
+        hostile = _hostile(before)
+        others = [s.id for s in before.service.list(limit=50) if s.id != hostile]
+    assert main(["--db", url, "forget", str(hostile), "--reason", "asked to be"]) == 0
+    store = open_store(url, read_only=True)
+    try:
+        with TestClient(viewer_app(store, hosts=frozenset({"testserver"}))) as http:
+            for path in ("", "/audit", "/replay", "/replay?to=openai&model=gpt-5"):
+                page = http.get(f"/c/{hostile}{path}")
+                assert page.status_code == 200, path
+                assert re.search(
+                    rf"conversation {hostile} was forgotten on \d{{4}}-\d\d-\d\d", page.text
+                )
+                assert PLANTED not in page.text and "quokka" not in page.text.lower()
+            searched = http.get("/search", params={"q": PLANTED}).text
+            assert "No matches" in searched and 'class="hits"' not in searched
+            assert "events behind the log" in searched  # purged by forget, not by a catch-up
+            listed = http.get("/").text
+            assert str(hostile) not in listed and "2 of 2 shown" in listed
+            for conversation in others:
+                assert "chain verified" in http.get(f"/c/{conversation}").text
     finally:
         store.close()

@@ -265,7 +265,9 @@ def _say_forgotten(
             }
         )
         return
-    out.line(f"conversation {forgotten.conversation_id} was forgotten on {forgotten.on:%Y-%m-%d}")
+    from convstore.projections.wording import forgotten_line
+
+    out.line(forgotten_line(forgotten.conversation_id, forgotten.on))
 
 
 def _output_failed(err: Renderer, failed: _OutputFailed) -> int:

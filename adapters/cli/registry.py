@@ -80,7 +80,15 @@ class Session:
         encrypt = lookup(config, STORE_ENCRYPT, False)
         if type(encrypt) is not bool:
             raise ConfigurationError(f"{STORE_ENCRYPT} must be true or false, not {encrypt!r}")
-        return open_store(self.url, max_event_bytes=limit, read_only=read_only, encrypt=encrypt)
+        from convstore.projections.search import SearchIndex  # forgetting purges its rows
+
+        return open_store(
+            self.url,
+            max_event_bytes=limit,
+            read_only=read_only,
+            encrypt=encrypt,
+            purges=(SearchIndex.purge,),
+        )
 
     def close(self) -> None:
         """Close the store if a command opened it."""

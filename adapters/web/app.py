@@ -5,7 +5,8 @@ replay preview), `/search?q=`, `/display/{id}/{activity}` (a Search Suggestion, 
 iframe), `/login` (only when a token is set), `/static/viewer.css` (the one stylesheet).
 Every route but the login form's POST is GET (or HEAD); the store is opened read-only, so
 nothing can write.
-Pages need no JavaScript and load none.
+Pages need no JavaScript and load none. A forgotten conversation's pages say only when it
+was forgotten (200, as `show` exits 0).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from starlette.routing import Route
 
 from convstore.adapters.web import html, views
 from convstore.adapters.web.guard import COOKIE, Guard
+from convstore.domain.errors import ConversationForgotten
+from convstore.projections.wording import forgotten_line
 from convstore.storage import Store
 
 __all__ = ["viewer_app"]
@@ -124,6 +127,11 @@ def viewer_app(
         assert isinstance(error, views.PageError)
         return pages.page("error.html", error.status, status=error.status, message=error.message)
 
+    async def forgotten(request: Request, error: Exception) -> Response:
+        assert isinstance(error, ConversationForgotten)
+        said = forgotten_line(error.conversation_id, error.on)
+        return pages.page("forgotten.html", conversation=error.conversation_id, said=said)
+
     async def http_error(request: Request, error: Exception) -> Response:
         assert isinstance(error, HTTPException)
         return pages.page(
@@ -143,6 +151,10 @@ def viewer_app(
     ]
     app = Starlette(
         routes=routes,
-        exception_handlers={views.PageError: page_error, HTTPException: http_error},
+        exception_handlers={
+            views.PageError: page_error,
+            ConversationForgotten: forgotten,
+            HTTPException: http_error,
+        },
     )
     return Guard(app, hosts=hosts, token=token)
