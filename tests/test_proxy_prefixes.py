@@ -478,3 +478,27 @@ def test_two_indexes_catching_up_at_once_fold_each_event_once(store_url: str) ->
             cursor.execute("SELECT originator_id, version FROM prefixes")
             rows = sorted(version for _, version in cursor.fetchall())
         assert rows == ended
+
+
+def test_on_an_encrypted_store_the_prefix_key_lives_with_the_keys(tmp_path: Path) -> None:
+    """Threading works on an encrypted store, and its HMAC key is derived from the key
+    store's digest key: the events' database holds none a reader could test a guess with."""
+    url = f"sqlite:///{tmp_path / 'encrypted.db'}"
+    with open_store(url, encrypt=True) as store, ReplayServer() as upstream:
+        upstream.enqueue(*(_message(n, f"answer {n}") for n in range(3)))
+        transport = recording_transport(store, httpx_module=httpx2)
+        with httpx2.Client(transport=transport) as http:
+            client = anthropic.Anthropic(
+                api_key=KEY, base_url=upstream.url, http_client=http, max_retries=0
+            )
+            messages: list[dict[str, Any]] = []
+            for n in range(3):
+                messages.append({"role": "user", "content": f"question {n}"})
+                answer = client.messages.create(model=MODEL, max_tokens=64, messages=messages)
+                _drained(transport)
+                messages.append({"role": "assistant", "content": answer.content[0].text})
+        [conversation] = store.service.list()
+        assert _responses(store.service.history(conversation.id)) == 3
+    with sqlite3.connect(tmp_path / "encrypted.db") as db:
+        assert db.execute("SELECT count(*) FROM prefix_key").fetchone() == (0,)
+        assert db.execute("SELECT count(*) FROM prefixes").fetchone()[0] >= 3

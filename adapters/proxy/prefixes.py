@@ -4,7 +4,9 @@ A conversation reads as a sequence of atoms: each user message's text, each tool
 result's content, each assistant text, each tool call's name and arguments (what a client
 sends back as it received it; reasoning and ids are left out, as clients drop or respell
 them). The digest of a sequence chains an HMAC over its atoms, keyed with the store's own
-key (`prefix_key`), so a digest in the store confirms no content a reader guesses. Beside
+key (`prefix_key`; on an encrypted store, a key derived from the key store's digest key,
+so the events' database alone holds no key to test a guess with), so a digest in the
+store confirms no content a reader guesses. Beside
 it, an `opaque` digest takes the opaque values too (call ids, reasoning signatures and
 encrypted payloads): a tie between conversations sharing the prefix goes to an exact
 match on them.
@@ -133,11 +135,17 @@ class Candidate:
     position: int
 
 
+PREFIX_KEY_LABEL: Final = "convstore.proxy.prefix-key"
+"""What the key store's digest key is applied to, on an encrypted store, to make the
+prefix index's key."""
+
+
 class PrefixIndex:
     """The prefix index of one store: `find` the conversations a request continues."""
 
     def __init__(self, store: Store) -> None:
         self._recorder = store.recorder
+        self._ciphers = store.ciphers
         self._key: bytes | None = None
         self._key_lock = threading.Lock()
         self._lock = threading.Lock()
@@ -147,7 +155,12 @@ class PrefixIndex:
     def _hmac_key(self) -> bytes:
         with self._key_lock:
             if self._key is None:
-                self._key = self._recorder.prefix_key()
+                ciphers = self._ciphers
+                self._key = (
+                    self._recorder.prefix_key()
+                    if ciphers is None
+                    else bytes.fromhex(ciphers.keyed(PREFIX_KEY_LABEL))
+                )
             return self._key
 
     def catch_up(self) -> int:
