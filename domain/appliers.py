@@ -18,6 +18,7 @@ from convstore.domain.events import (
     Forgotten,
     HostedActivity,
     Reasoning,
+    Redacted,
     Relabelled,
     ResponseEnded,
     ResponseStarted,
@@ -248,6 +249,16 @@ def _forgotten(state: ConversationState, event: Forgotten, lookup: Lookup) -> No
     state.forgotten_on = event.timestamp
 
 
+def _redacted(state: ConversationState, event: Redacted, lookup: Lookup) -> None:
+    # That the event holds the text is checked where it is read (`domain.redaction.draft`).
+    _no_open_response(state, "a redaction")
+    if not 1 <= event.event_version < event.originator_version:
+        raise errors.InvalidRedaction(
+            f"a redaction of event {event.event_version} at version {event.originator_version}:"
+            " only an earlier event of the conversation can be redacted"
+        )
+
+
 def _unknown_artifact(state: ConversationState, event: UnknownArtifact, lookup: Lookup) -> None:
     if event.response_id is not None:
         _inside_response(state, event.response_id, "UnknownArtifact")
@@ -270,4 +281,5 @@ APPLY: dict[type[Event], Callable[[ConversationState, Any, Lookup], None]] = {
     Retitled: _retitled,
     Relabelled: _relabelled,
     Forgotten: _forgotten,
+    Redacted: _redacted,
 }

@@ -12,7 +12,8 @@
     │   │   └── ResponseBeingWritten  a write beside a response a live writer holds open
     │   ├── TurnStateError            turns that do not nest: end without start, start inside one
     │   ├── InvalidPayload            payload bytes that are not one JSON document
-    │   └── InvalidMetadata           a title or label that cannot be recorded
+    │   ├── InvalidMetadata           a title or label that cannot be recorded
+    │   └── InvalidRedaction          a redaction naming no text of the conversation
     ├── ConversationNotFound          no conversation with that id
     ├── ConversationForgotten         a conversation `forget` made unreadable (said, not failed)
     ├── ConcurrencyConflict           another writer appended first (optimistic concurrency)
@@ -23,6 +24,7 @@
     ├── IntegrityError                stored bytes that fail the hash chain
     ├── DecodeError                   provider input that cannot be read (truncated, malformed)
     ├── ConfigurationError            a setting that cannot be served
+    ├── RedactedReplay                same-provider replay needing a redacted text's signature
     └── StorageError                  the database failed (PEP 249 names live in storage)
 
 Every class carries a message a person can act on; only `ConvstoreError` subclasses are
@@ -90,6 +92,11 @@ class InvalidMetadata(InvariantViolation):
     whitespace, too long, one label both added and removed); nothing was written."""
 
 
+class InvalidRedaction(InvariantViolation):
+    """A redaction naming no event of the conversation, an event without text, or a span
+    outside its text; nothing was written."""
+
+
 class ConversationNotFound(ConvstoreError, KeyError):
     """No conversation has the given id."""
 
@@ -149,6 +156,16 @@ class DecodeError(ConvstoreError, ValueError):
 
 class ConfigurationError(ConvstoreError):
     """A setting or option that cannot be served as given."""
+
+
+class RedactedReplay(ConvstoreError):
+    """Same-provider replay refused: a payload bound to a redacted text (a signature over
+    it) would have to round-trip; nothing was sent or written."""
+
+    def __init__(self, message: str, *, version: int) -> None:
+        super().__init__(message)
+        self.version = version
+        """The redacted event's version."""
 
 
 class StorageError(ConvstoreError):

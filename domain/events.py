@@ -218,6 +218,19 @@ class Forgotten(Event, frozen=True, kw_only=True, tag=True):
     reason: str = ""
 
 
+class Redacted(Event, frozen=True, kw_only=True, tag=True):
+    """A span of an earlier event's text, or all of it, is hidden from every portable
+    reading (`convstore redact`; `domain.redaction`). An overlay: the stored bytes of that
+    event stay as they were (erasure is `forget`'s). Outside any response."""
+
+    event_version: int
+    """The version of the event whose text is hidden (in this conversation's own log)."""
+    span: tuple[int, int] | None = None
+    """The half-open span of Unicode code points of its stored text that is hidden; None:
+    all of it."""
+    reason: str = ""
+
+
 class UnknownArtifact(Event, frozen=True, kw_only=True, tag=True):
     """A block or item its adapter does not recognise: kept, replayed to its own provider."""
 
@@ -242,6 +255,7 @@ ConversationEvent: TypeAlias = (
     | Retitled
     | Relabelled
     | Forgotten
+    | Redacted
 )
 """Every event a conversation records."""
 
@@ -262,4 +276,5 @@ EVENT_TYPES: Final[tuple[type[Event], ...]] = (
     Retitled,
     Relabelled,
     Forgotten,
+    Redacted,
 )

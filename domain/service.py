@@ -27,6 +27,7 @@ from convstore.domain.events import (
     Event,
     Forgotten,
     HostedActivity,
+    Redacted,
     Relabelled,
     ResponseEnded,
     ResponseStarted,
@@ -37,6 +38,7 @@ from convstore.domain.events import (
     TurnStarted,
     UserMessage,
 )
+from convstore.domain.redaction import draft as redaction_draft
 from convstore.domain.responses import CONTINUES, ResponseOutcome, ResponseRecorder
 from convstore.domain.sealing import Cipher
 from convstore.domain.state import ConversationState
@@ -398,10 +400,7 @@ class ConversationService:
             *(  # the fork's title and labels are its own: its parent's changes stay there
                 e for e in parent[1:] if e.originator_version <= at and type(e) not in _METADATA
             ),
-            *(
-                msgspec.structs.replace(e, originator_version=at + e.originator_version - 1)
-                for e in events[1:]
-            ),
+            *(_renumbered(e, at) for e in events[1:]),
         ]
 
     def repair(self, conversation_id: ConversationId, *, force: bool = False) -> list[Event]:
@@ -484,6 +483,29 @@ class ConversationService:
         self._refuse_beside_live_writer(conversation, "forgetting the conversation")
         self._close_dead_response(conversation)
         event = conversation.record(Forgotten(reason=reason))
+        self.repository.save(conversation)
+        return event
+
+    def redact(
+        self,
+        conversation_id: ConversationId,
+        version: int,
+        *,
+        span: tuple[int, int] | None = None,
+        reason: str = "",
+    ) -> Redacted:
+        """Record a Redacted event hiding `span` (None: all) of the text of event `version`
+        from every portable reading (`domain.redaction`); the stored bytes stay. Raises,
+        nothing written: InvalidRedaction (no such event, no text, a span outside it),
+        ResponseBeingWritten while a live writer holds a response open."""
+        conversation = self._load(conversation_id)
+        target = None
+        if 1 <= version <= conversation.version:
+            target = next(iter(self.repository.events(conversation_id, after=version - 1)), None)
+        drafted = redaction_draft(target, version, span, reason)
+        self._refuse_beside_live_writer(conversation, "a redaction")
+        self._close_dead_response(conversation)
+        event = conversation.record(drafted)
         self.repository.save(conversation)
         return event
 
@@ -682,6 +704,13 @@ class ConversationService:
 
 
 _METADATA = (Retitled, Relabelled)
+
+
+def _renumbered(event: Event, at: int) -> Event:
+    """A fork's own event at its version in the fork's history (a redaction's target too)."""
+    if isinstance(event, Redacted):
+        event = msgspec.structs.replace(event, event_version=at + event.event_version - 1)
+    return msgspec.structs.replace(event, originator_version=at + event.originator_version - 1)
 
 
 def _later(conversation: Conversation) -> None:

@@ -53,6 +53,7 @@ from convstore.domain import (
 from convstore.domain.attempts import reading
 from convstore.domain.errors import ConversationNotFound
 from convstore.domain.metadata import relabelled
+from convstore.domain.redaction import overlay
 from convstore.domain.vocabulary import (
     EndState,
     FinishReason,
@@ -450,10 +451,11 @@ Interpret: TypeAlias = Callable[[ProviderPayload], PayloadReading | None]
 def fold(events: Iterable[Event], interpret: Interpret | None = None) -> PortableConversation:
     """The portable reading of one conversation's events, in version order; `interpret`
     reads what the provider's adapter types out of payloads (notices, sources). Each
-    response is read from its newest attempt (`domain.attempts`)."""
+    response is read from its newest attempt (`domain.attempts`), each redacted text
+    with its hidden spans marked (`domain.redaction`)."""
     log = events if isinstance(events, list) else list(events)
     reader = PortableFold(interpret)
-    for event in reading(log):
+    for event in reading(overlay(log)):
         reader.add(event)
     if log:  # as of the newest event, though the reading may leave it out
         reader.conversation.version = max(reader.conversation.version, log[-1].originator_version)

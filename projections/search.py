@@ -63,6 +63,7 @@ from uuid import UUID
 
 import msgspec
 
+from convstore.domain.redaction import marked, marked_blocks, merged
 from convstore.domain.vocabulary import ConversationId, TurnId
 from convstore.projections.follower import Follower, Positioned, TrackedProjection
 from convstore.projections.query import (
@@ -140,10 +141,27 @@ class Indexed(msgspec.Struct):
     content: str = ""
     input: dict[str, Any] = {}
     title: str = ""
+    event_version: int = 0
+    span: tuple[int, int] | None = None
+    """A Redacted's target and span (`domain.redaction`)."""
 
 
 _read_indexed = msgspec.json.Decoder(Indexed).decode
 _encode = msgspec.json.encode
+
+
+def redacted(event: Indexed, spans: Sequence[tuple[int, int] | None]) -> Indexed:
+    """`event` with the spans of its text hidden (a None among them: all of it), as the
+    portable reading has it (`domain.redaction.redacted`)."""
+    whole = None in spans
+    hide = None if whole else merged([s for s in spans if s is not None])
+    return msgspec.structs.replace(
+        event,
+        blocks=marked_blocks(event.blocks, hide) if event.blocks else (),
+        text=marked(event.text, hide) if event.text else "",
+        content=marked(event.content, hide) if event.content else "",
+        attributions=() if whole else event.attributions,
+    )
 
 
 def read_event(state: bytes) -> Indexed:
@@ -318,6 +336,9 @@ class _Dialect(Protocol):
         self, cursor: Any, turns: dict[UUID, tuple[str | None] | None]
     ) -> None: ...
     def delete(self, cursor: Any, conversation: UUID, spans: list[tuple[int, int]]) -> None: ...
+    def version_turn(
+        self, cursor: Any, conversation: UUID, version: int
+    ) -> tuple[str | None] | None: ...
     def delete_ids(self, cursor: Any, low: int, high: int) -> None: ...
     def merge(self, cursor: Any) -> None: ...
     def title_span(self, cursor: Any, conversation: UUID) -> tuple[int, int] | None: ...
@@ -398,6 +419,15 @@ class _SQLite:
             "INSERT OR REPLACE INTO search_attempts VALUES (?, ?)",
             [(c.bytes, t[0]) for c, t in turns.items() if t is not None],
         )
+
+    def version_turn(
+        self, cursor: Any, conversation: UUID, version: int
+    ) -> tuple[str | None] | None:
+        row = cursor.execute(
+            "SELECT turn_id FROM search_rows WHERE conversation_id = ? AND version = ? LIMIT 1",
+            (conversation.bytes, version),
+        ).fetchone()
+        return None if row is None else (row[0],)
 
     def delete(self, cursor: Any, conversation: UUID, spans: list[tuple[int, int]]) -> None:
         for first, last in spans:
@@ -550,6 +580,15 @@ class _Postgres:
                     " DO UPDATE SET turn_id = EXCLUDED.turn_id",
                     (conversation, turn[0]),
                 )
+
+    def version_turn(
+        self, cursor: Any, conversation: UUID, version: int
+    ) -> tuple[str | None] | None:
+        row = cursor.execute(
+            "SELECT turn_id FROM search_rows WHERE conversation_id = %s AND version = %s LIMIT 1",
+            (conversation, version),
+        ).fetchone()
+        return None if row is None else (row[0],)
 
     def delete(self, cursor: Any, conversation: UUID, spans: list[tuple[int, int]]) -> None:
         for first, last in spans:
@@ -724,8 +763,7 @@ class SearchIndex(TrackedProjection):
             elif event.type == "ResponseEnded" and conversation in attempts:
                 del attempts[conversation]
                 attempts_changed[conversation] = None
-            if event.type == "Retitled":
-                rows = self._drop_title(cursor, conversation, titles, rows)
+            rows = self._rewritten(cursor, position, event, titles, rows)
             found = pieces(event)
             if not found:
                 if event.type == "TurnStarted":
@@ -764,6 +802,49 @@ class SearchIndex(TrackedProjection):
         if forgotten:
             self._purge(cursor, forgotten)
         return rows
+
+    def _rewritten(
+        self,
+        cursor: Any,
+        position: int,
+        event: Indexed,
+        titles: dict[UUID, tuple[int, int] | None],
+        rows: list[Row],
+    ) -> list[Row]:
+        """`rows` after the rows an event replaces are dropped (a Retitled's: the title's;
+        a Redacted's: its target's, derived again)."""
+        if event.type == "Retitled":
+            return self._drop_title(cursor, event.originator_id, titles, rows)
+        if event.type == "Redacted":
+            return self._redact(cursor, position, event, rows)
+        return rows
+
+    def _redact(self, cursor: Any, position: int, redaction: Indexed, rows: list[Row]) -> list[Row]:
+        """Derive the rows of the event `redaction` names again, its hidden text marked
+        (`domain.redaction`), under the redaction's own position: those of this batch's
+        `rows` are returned without it. An event without rows (passed over) gets none."""
+        conversation, version = redaction.originator_id, redaction.event_version
+        kept = [r for r in rows if not (r[1] == conversation and r[2] == version)]
+        if len(kept) < len(rows):
+            turn: tuple[str | None] | None = (next(r for r in rows if r not in kept)[3],)
+        else:
+            turn = self.dialect.version_turn(cursor, conversation, version)
+        if turn is None:
+            return rows
+        self.dialect.delete(cursor, conversation, [(version, version)])
+        target, redactions = None, [redaction]
+        for at, state in self.recorder.select_states(conversation, gt=version - 1):
+            if at >= redaction.originator_version:
+                break
+            event = self._read(state)
+            if at == version:
+                target = event
+            elif event.type == "Redacted" and event.event_version == version:
+                redactions.append(event)
+        if target is None:
+            return kept
+        marked = redacted(target, [r.span for r in redactions])
+        return [*kept, *_rows(position, marked, turn[0], pieces(marked))]
 
     def _drop_title(
         self,

@@ -21,6 +21,7 @@ from convstore.adapters.wire.providers import (
     decode_with_request,
     encode_with_config,
 )
+from convstore.adapters.wire.redacted import signed_by
 from convstore.domain.events import Event
 
 
@@ -48,5 +49,6 @@ ADAPTER = ProviderAdapter(
     interpret=interpret,
     preview=preview,
     configure=AnthropicConfig.from_config,
+    signed=signed_by("anthropic", ("signature",)),
     continues_prefill=True,
 )

@@ -30,6 +30,7 @@ from convstore.adapters.wire.providers import (
     decode_with_request,
     encode_with_config,
 )
+from convstore.adapters.wire.redacted import signed_by
 from convstore.domain.errors import ConfigurationError
 
 
@@ -55,4 +56,5 @@ ADAPTER = ProviderAdapter(
     interpret=interpret,
     preview=preview,
     configure=GoogleConfig.from_config,
+    signed=signed_by("google", ("thoughtSignature",)),
 )

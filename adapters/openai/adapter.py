@@ -20,6 +20,7 @@ from convstore.adapters.wire.providers import (
     decode_with_request,
     encode_with_config,
 )
+from convstore.adapters.wire.redacted import signed_by
 
 
 @contextmanager
@@ -41,4 +42,5 @@ ADAPTER = ProviderAdapter(
     interpret=interpret,
     preview=preview,
     configure=OpenAIConfig.from_config,
+    signed=signed_by("openai", ("encrypted_content",)),
 )

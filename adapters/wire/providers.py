@@ -23,9 +23,11 @@ import msgspec
 
 from convstore.adapters.wire.names import PROVIDERS
 from convstore.adapters.wire.preview import Preview
+from convstore.adapters.wire.redacted import Signed, refuse_signed
 from convstore.adapters.wire.secrets import scrub_request
 from convstore.domain.errors import ConfigurationError
 from convstore.domain.events import Event
+from convstore.domain.redaction import overlay
 from convstore.domain.vocabulary import PayloadReading, ProviderPayload
 
 
@@ -209,6 +211,9 @@ class ProviderAdapter:
     """Reads a live stream's text and reasoning as it arrives, for a person watching."""
     configure: Callable[[Mapping[str, Any]], object] | None = None
     """Reads (and so checks) the provider's block of a whole configuration."""
+    signed: Signed | None = None
+    """Which of its payloads are signed over their text: replay of a redacted one to this
+    provider is refused (`wire.redacted`)."""
     continues_prefill: bool = False
     """Whether the provider continues a conversation ending in assistant text (a prefill),
     so a response cut at its token limit can be continued."""
@@ -226,10 +231,20 @@ class ProviderAdapter:
         return scrubbed
 
     def need_encode(self) -> Encode:
-        """`encode`, or a clear error."""
-        if self.encode is None:
+        """`encode` over the redaction overlay (`wire.redacted`), or a clear error.
+        Raises RedactedReplay when a redacted text's signature would have to round-trip."""
+        encode = self.encode
+        if encode is None:
             raise ConfigurationError(f"replay to {self.name!r} is not supported")
-        return self.encode
+        name, signed = self.name, self.signed
+
+        def encode_redacted(
+            events: Sequence[Event], config: Mapping[str, Any], model: str | None, user: str | None
+        ) -> EncodedRequest:
+            refuse_signed(events, name, signed)
+            return encode(overlay(events), config, model, user)
+
+        return encode_redacted
 
     def need_send(self) -> Send:
         """`send`, or a clear error."""

@@ -46,6 +46,7 @@ from convstore.domain.events import (
     ToolCallResponded,
     UserMessage,
 )
+from convstore.domain.redaction import overlay
 from convstore.domain.vocabulary import FinishReason, Usage
 
 __all__ = ["history", "history_json"]
@@ -208,7 +209,7 @@ def history(conversation: UUID, events: Iterable[Event]) -> list[wire.Message]:
     """The events of `conversation` (`ConversationService.history`) as pydantic-ai's
     messages, oldest first."""
     fold = _Fold(f"{OURS_PREFIX}{conversation}")
-    for event in reading(list(events)):
+    for event in reading(overlay(list(events))):
         fold.add(event)
     if fold.response is not None:  # still open: what arrived, as an interrupted response
         fold.response.state = "interrupted"
