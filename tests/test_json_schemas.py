@@ -158,6 +158,11 @@ def test_every_reading_command_matches_its_schema(
     assert [(h["conversation_id"], h["kind"]) for h in hits] == [(target, "title")]
     events = _check("show", _run(capsys, *db, "show", target, "--json")[1])
     assert [e["type"] for e in events[-2:]] == ["Retitled", "Relabelled"]
+    said = next(e["originator_version"] for e in events if e["type"] == "UserMessage")
+    redact = ("redact", target, "--event", str(said), "--reason", "pasted a key", "--json")
+    redacted = _check("redact", _run(capsys, *db, *redact, "--span", "0:2")[1])
+    assert (redacted["event_version"], redacted["span"]) == (said, [0, 2])
+    assert redacted["version"] == events[-1]["originator_version"] + 1
 
 
 def test_ask_matches_its_schema(
@@ -239,6 +244,7 @@ FAILING: dict[str, list[str]] = {
     "label": [MISSING, "--add", "tea"],
     "repair": [MISSING],
     "forget": [MISSING],
+    "redact": [MISSING, "--event", "2", "--reason", "a key"],
     "answer": [MISSING, "call_1", "--text", "ok"],
 }
 """A failing run of every command (on a store that does not exist, or a wrong id)."""

@@ -23,6 +23,7 @@ from convstore.adapters.cli import (
     metadata,
     proxying,
     record,
+    redacting,
     viewing,
 )
 from convstore.adapters.cli.registry import (
@@ -48,6 +49,7 @@ COMMAND_MODULES = (
     viewing,
     integrity,
     forgetting,
+    redacting,
     index,
     completion,
 )
