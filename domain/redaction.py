@@ -90,18 +90,19 @@ def hidden(events: Sequence[Event]) -> dict[int, Spans]:
     return {v: None if s is None else merged(s) for v, s in found.items()}
 
 
-def overlay(events: Sequence[Event]) -> list[Event]:
+def overlay(events: Sequence[Event], *, keep: bool = False) -> list[Event]:
     """The events as every portable reading sees them: each redacted one with its hidden
-    text marked (`redacted`), the `Redacted` events left out."""
+    text marked (`redacted`), the `Redacted` events left out (`keep`: left in, for a
+    listing of the log, which folds them no further)."""
     marks = hidden(events)
     if not marks:
         return list(events)
     return [
         redacted(event, marks[event.originator_version])
-        if event.originator_version in marks
+        if event.originator_version in marks and not isinstance(event, Redacted)
         else event
         for event in events
-        if not isinstance(event, Redacted)
+        if keep or not isinstance(event, Redacted)
     ]
 
 

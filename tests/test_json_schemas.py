@@ -158,11 +158,24 @@ def test_every_reading_command_matches_its_schema(
     assert [(h["conversation_id"], h["kind"]) for h in hits] == [(target, "title")]
     events = _check("show", _run(capsys, *db, "show", target, "--json")[1])
     assert [e["type"] for e in events[-2:]] == ["Retitled", "Relabelled"]
+
+
+def test_redact_and_the_redacted_log_match_their_schemas(
+    recorded: tuple[str, dict[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, conversations = recorded
+    db = ("--db", url)
+    target = conversations["anthropic"]
+    events = _check("show", _run(capsys, *db, "show", target, "--json")[1])
     said = next(e["originator_version"] for e in events if e["type"] == "UserMessage")
     redact = ("redact", target, "--event", str(said), "--reason", "pasted a key", "--json")
     redacted = _check("redact", _run(capsys, *db, *redact, "--span", "0:2")[1])
     assert (redacted["event_version"], redacted["span"]) == (said, [0, 2])
     assert redacted["version"] == events[-1]["originator_version"] + 1
+    both = _check("show", _run(capsys, *db, "show", target, "--json", "--chain")[1])
+    assert both["chain"]["intact"] and both["events"][-1]["type"] == "Redacted"
+    [message] = [e for e in both["events"] if e["originator_version"] == said]
+    assert message["blocks"][0].startswith("[redacted]")
 
 
 def test_ask_matches_its_schema(

@@ -139,11 +139,12 @@ def _show_arguments(parser: argparse.ArgumentParser) -> None:
 @command("show", "show a conversation's events in order", _show_arguments)
 def show(args: argparse.Namespace, session: Session) -> int:
     """The conversation as a readable transcript, or its events as JSON (payload metadata
-    only; with `--chain`, `{"chain": …, "events": […]}`). Its stored chain is verified as
-    it is read: when it does not hold, a warning on stderr, what is stored is shown all
-    the same, and the exit is 5."""
+    only, redacted text marked; with `--chain`, `{"chain": …, "events": […]}`). Its
+    stored chain is verified as it is read: when it does not hold, a warning on stderr,
+    what is stored is shown all the same, and the exit is 5."""
     from convstore.adapters.terminal import transcript, values
     from convstore.adapters.wire.providers import read_payload
+    from convstore.domain.redaction import overlay
     from convstore.projections import chain, portable, presentation
 
     if args.chain and not args.json:
@@ -155,12 +156,13 @@ def show(args: argparse.Namespace, session: Session) -> int:
     except IntegrityError as error:
         return _unreadable(session, conversation_id, error)
     status = chain.chain_status(store, conversation_id)
+    listed = overlay(everything, keep=True) if args.json else everything
     if args.json and args.chain:
         session.out.write(f'{{"chain": {render.to_json(chain.to_data(status))}, "events": ')
-        session.out.json_array(values.to_data(event) for event in everything)
+        session.out.json_array(values.to_data(event) for event in listed)
         session.out.line("}")
     elif args.json:
-        session.out.json_array(values.to_data(event) for event in everything)
+        session.out.json_array(values.to_data(event) for event in listed)
     else:
         reading = portable.fold(everything, read_payload)
         session.out.lines(transcript.transcript_lines(presentation.present(reading, status)))
