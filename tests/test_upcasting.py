@@ -40,6 +40,8 @@ METADATA_STATES: list[bytes] = (GOLDEN / "metadata.jsonl").read_bytes().splitlin
 """A conversation's title and label changes, as the version that added them stored them."""
 FORGOTTEN_STATES: list[bytes] = (GOLDEN / "forgotten.jsonl").read_bytes().splitlines()
 """A sealed conversation of an encrypted store, then forgotten (its key destroyed)."""
+REDACTED_STATES: list[bytes] = (GOLDEN / "redacted.jsonl").read_bytes().splitlines()
+"""A user message, a span of it redacted, then all of it."""
 _SNAPSHOT = json.loads((GOLDEN / "snapshot.json").read_text())
 SNAPSHOT_VERSION: int = _SNAPSHOT["version"]
 SNAPSHOT_STATE = base64.b64decode(_SNAPSHOT["state"])
@@ -86,7 +88,7 @@ def test_golden_fixtures_hold_every_event_type_and_read_back_exactly() -> None:
     """Scenario 10: every event type's version-1 bytes decode into today's class and encode
     back to the same fields (as stored, or as their upcaster returns them): nothing dropped,
     renamed or reinterpreted, and the stored chain holds."""
-    every = STATES + METADATA_STATES + FORGOTTEN_STATES
+    every = STATES + METADATA_STATES + FORGOTTEN_STATES + REDACTED_STATES
     assert {msgspec.json.decode(s, type=_Head).type for s in every} >= {
         cls.__struct_config__.tag for cls in EVENT_TYPES
     }
@@ -100,6 +102,9 @@ def test_golden_fixtures_hold_every_event_type_and_read_back_exactly() -> None:
         ConversationId(decode(METADATA_STATES[0]).originator_id), map(decode, METADATA_STATES)
     )
     assert (metadata.state.title, metadata.state.labels) == ("", ("japan",))
+    for state in REDACTED_STATES:
+        assert json.loads(encode(decode(state))) == json.loads(upcast(state) or state)
+    assert verify_stored(enumerate(REDACTED_STATES, 1)) == []
 
 
 def test_a_golden_sealed_and_forgotten_conversation_still_verifies_without_its_key() -> None:

@@ -15,7 +15,9 @@ add an upcaster (`storage/upcasting.py`) instead, and new fixtures beside these.
 - `metadata.jsonl`, beside them (written when Retitled and Relabelled were added): a
   conversation titled, retitled, relabelled and its title cleared, its exact bytes;
 - `forgotten.jsonl` (written when encryption and Forgotten were added): a conversation of
-  an encrypted store, its content sealed, then forgotten (its key destroyed), its bytes.
+  an encrypted store, its content sealed, then forgotten (its key destroyed), its bytes;
+- `redacted.jsonl` (written when Redacted was added): a user message, a span of it
+  redacted, then all of it, its exact bytes.
 """
 
 from __future__ import annotations
@@ -223,5 +225,22 @@ def forgotten() -> None:
     print(f"{len(states)} events in {FOLDER / 'forgotten.jsonl'}")
 
 
+def redacted() -> None:
+    """Record a user message, redact a span of it and then all of it; write its bytes."""
+    with (
+        tempfile.TemporaryDirectory() as scratch,
+        open_store(f"sqlite:///{scratch}/golden.db") as store,
+    ):
+        service = ConversationService(store.repository, writer=WRITER)
+        conversation = service.start("Keys", ["ops"])
+        service.add_user_input(conversation, [UserMessage(blocks=("my key is sk-golden-1",))])
+        service.redact(conversation, 3, span=(10, 21), reason="pasted a key")
+        service.redact(conversation, 3, reason="all of it")
+        states = store.recorder.select_states(conversation)
+    (FOLDER / "redacted.jsonl").write_bytes(b"".join(state + b"\n" for _, state in states))
+    print(f"{len(states)} events in {FOLDER / 'redacted.jsonl'}")
+
+
 if __name__ == "__main__":
-    {"metadata": metadata, "forgotten": forgotten}.get(" ".join(sys.argv[1:]), main)()
+    chosen = {"metadata": metadata, "forgotten": forgotten, "redacted": redacted}
+    chosen.get(" ".join(sys.argv[1:]), main)()
