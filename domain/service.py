@@ -39,6 +39,7 @@ from convstore.domain.events import (
     UserMessage,
 )
 from convstore.domain.redaction import draft as redaction_draft
+from convstore.domain.redaction import hidden, redacted
 from convstore.domain.responses import CONTINUES, ResponseOutcome, ResponseRecorder
 from convstore.domain.sealing import Cipher
 from convstore.domain.state import ConversationState
@@ -384,8 +385,9 @@ class ConversationService:
         parent's history up to the fork point, then its own events after its Started,
         their versions continuing the parent's (version v of the fork reads as
         `forked_at + v - 1`), its parent's Retitled and Relabelled left out (a fork's
-        metadata is its own). `own`: its own events, when already read. Raises
-        ConversationNotFound."""
+        metadata is its own), and the prefix with its parent's redactions applied, also
+        those recorded after the fork (`domain.redaction`). `own`: its own events, when
+        already read. Raises ConversationNotFound."""
         events = own if own is not None else list(self.repository.events(conversation_id))
         first = events[0]
         if not isinstance(first, Started) or first.forked_from is None:
@@ -395,10 +397,13 @@ class ConversationService:
         except ConversationForgotten:  # forgetting a parent hides the prefix forks read
             parent = []
         at = first.forked_at
+        marks = hidden(parent)  # the prefix is hidden as its parent hides it, now
         return [
             first,
             *(  # the fork's title and labels are its own: its parent's changes stay there
-                e for e in parent[1:] if e.originator_version <= at and type(e) not in _METADATA
+                redacted(e, marks[e.originator_version]) if e.originator_version in marks else e
+                for e in parent[1:]
+                if e.originator_version <= at and type(e) not in _PARENTS_OWN
             ),
             *(_renumbered(e, at) for e in events[1:]),
         ]
@@ -703,7 +708,9 @@ class ConversationService:
         return [closed]
 
 
-_METADATA = (Retitled, Relabelled)
+_PARENTS_OWN = (Retitled, Relabelled, Redacted)
+"""What a fork leaves out of its parent's prefix: its metadata (a fork's is its own), and
+its redactions (applied to the prefix instead)."""
 
 
 def _renumbered(event: Event, at: int) -> Event:

@@ -348,6 +348,29 @@ def many_removed(text: str, spans: list[tuple[int, int]]) -> str:
     return "".join(c for i, c in enumerate(text) if not any(s <= i < e for s, e in spans))
 
 
+def test_a_fork_reads_its_parents_prefix_as_its_parent_hides_it(
+    store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A redaction recorded in the parent after the fork hides the prefix the fork reads;
+    a fork's own event is redacted by its own version."""
+    with open_store(store_url) as store:
+        cid, said, _ = _converse(store)
+        fork = store.service.fork(cid, at=said, title="fork")
+        store.service.add_user_input(fork, [UserMessage(blocks=(f"fork {ANSWER_SECRET}",))])
+        own = list(store.service.events(fork))[-1].originator_version
+        store.service.redact(cid, said, reason="key")
+        store.service.redact(fork, own, span=(5, 5 + len(ANSWER_SECRET)), reason="mine")
+    db = ("--db", store_url)
+    for argv in (("show", str(fork)), ("export", str(fork), "--format", "json")):
+        code, out, err = _cli(capsys, *db, *argv)
+        assert code == 0, err
+        assert SECRET not in out and ANSWER_SECRET not in out and KEPT not in out
+        assert out.count(MARK) == 2
+    code, out, err = _cli(capsys, *db, "replay", str(fork), "--to", "openai", "--model", "gpt-5")
+    assert code == 0, err
+    assert SECRET not in out and ANSWER_SECRET not in out
+
+
 def test_the_other_conversations_are_untouched(tmp_path: Path) -> None:
     """A redaction of one conversation leaves the others' readings as they were."""
     url = f"sqlite:///{tmp_path / 'two.db'}"
