@@ -70,6 +70,7 @@ from convstore.domain import (
     HostedActivity,
     ProviderPayload,
     Reasoning,
+    Redacted,
     Relabelled,
     RequestSettings,
     ResponseEnded,
@@ -92,6 +93,7 @@ from convstore.domain.errors import (
     DuplicateId,
     InvalidMetadata,
     InvalidPayload,
+    InvalidRedaction,
     InvalidTransition,
     InvariantViolation,
     RangeOutOfBounds,
@@ -254,6 +256,10 @@ class Model:
             return self._activity_refusal(draft)
         if isinstance(draft, Retitled | Relabelled):
             return ResponseStillOpen if self.response is not None else self._metadata(draft)
+        if isinstance(draft, Redacted):  # its text is checked by the service (test_redact)
+            if self.response is not None:
+                return ResponseStillOpen
+            return None if 1 <= draft.event_version <= self.events else InvalidRedaction
         if isinstance(draft, UnknownArtifact):
             if draft.response_id is None:
                 return None
@@ -636,6 +642,13 @@ class ConversationMachine(RuleBasedStateMachine):
             added, removed = data.draw(st.lists(names, max_size=3)), data.draw(st.lists(names))
         self.execute([Relabelled(added=tuple(added), removed=tuple(removed))])
 
+    @rule(data=st.data())
+    def redacted(self, data: st.DataObject) -> None:
+        """A redaction of an earlier event, mostly; sometimes of one not recorded yet."""
+        version = data.draw(st.integers(0, self.model.events + 1))
+        span = data.draw(st.none() | st.tuples(st.integers(0, 3), st.integers(4, 8)))
+        self.execute([Redacted(event_version=version, span=span, reason="hypothesis")])
+
     @rule()
     def start_again(self) -> None:
         self.execute([Started(title="again")])
@@ -818,6 +831,7 @@ def test_the_machine_reaches_every_outcome() -> None:
         InvalidTransition,
         InvalidPayload,
         InvalidMetadata,
+        InvalidRedaction,
     }
     missing = {r.__name__ for r in refusals} - set(OUTCOMES)
     assert not missing, f"never refused: {missing} ({OUTCOMES})"
