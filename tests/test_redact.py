@@ -30,6 +30,7 @@ from convstore.domain import (
     TextRange,
     UserMessage,
 )
+from convstore.domain.errors import ResponseBeingWritten
 from convstore.domain.redaction import MARK, marked_blocks, merged, redacted
 from convstore.projections.search import SearchIndex, follower
 from convstore.projections.verify import verify
@@ -226,6 +227,19 @@ def test_bad_input_exits_2_and_writes_nothing(
     assert "no event 99" in err
     with open_store(store_url) as store:
         assert _states(store, cid) == before
+
+
+def test_a_redaction_beside_a_live_writer_is_refused_and_writes_nothing(store: Store) -> None:
+    cid, said, _ = _converse(store)
+    service = store.service
+    open_response = ResponseStarted(
+        response_id=ResponseId(f"r_{uuid4().hex}"), provider="anthropic", writer=service.writer
+    )
+    service.append(cid, [open_response])
+    before = _states(store, cid)
+    with pytest.raises(ResponseBeingWritten):
+        service.redact(cid, said, reason="key")
+    assert _states(store, cid) == before
 
 
 # --- replay -------------------------------------------------------------------------------------
