@@ -283,6 +283,12 @@ def test_same_provider_replay_is_refused_only_with_a_bound_signature(
     else:
         assert code == 0, err
         assert hidden not in out
+    if refused:  # to a model its signature is not bound to, it is left out: no refusal
+        elsewhere = {"anthropic": "claude-opus-4-1", "openai": "gpt-4.1"}[provider]
+        moved = ("replay", cid, "--to", provider, "--model", elsewhere)
+        code, out, err = _cli(capsys, *db, *moved)
+        assert code == 0, err
+        assert hidden not in out
     other = "anthropic" if provider != "anthropic" else "openai"
     model = {"anthropic": "claude-sonnet-4-5", "openai": "gpt-5"}[other]
     code, out, err = _cli(capsys, *db, "replay", cid, "--to", other, "--model", model)

@@ -241,7 +241,9 @@ class ProviderAdapter:
         def encode_redacted(
             events: Sequence[Event], config: Mapping[str, Any], model: str | None, user: str | None
         ) -> EncodedRequest:
-            refuse_signed(events, name, signed)
+            refuse_signed(
+                events, name, signed, lambda: encode(events, config, model, user).to_json()
+            )
             return encode(overlay(events), config, model, user)
 
         return encode_redacted

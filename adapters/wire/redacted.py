@@ -5,8 +5,10 @@ Every encoder is handed the overlay, so a redacted text is sent marked and its p
 left out (the encoder rebuilds the block from the portable content, as it does for a
 foreign event). Where the provider signs the text (a thought signature, a thinking block's
 signature, reasoning's encrypted content), the block cannot be rebuilt: the provider
-would reject the marked text under the old signature. Replay to that provider is then
-refused, naming the event (`RedactedReplay`); another provider reads the overlay alone.
+would reject the marked text under the old signature. When the request built from the
+stored events would carry such a payload, replay is refused, naming the event
+(`RedactedReplay`); when it would leave the payload out anyway (another provider, a
+model the payload is not bound to), the overlay is sent.
 """
 
 from __future__ import annotations
@@ -44,22 +46,32 @@ def signed_by(provider: str, keys: Collection[str]) -> Signed:
     return signed
 
 
-def refuse_signed(events: Sequence[Event], provider: str, signed: Signed | None) -> None:
+def refuse_signed(
+    events: Sequence[Event], provider: str, signed: Signed | None, sent: Callable[[], bytes]
+) -> None:
     """Raise RedactedReplay when a redacted event among `events` (a conversation's
-    history) holds a payload `signed` says is signed over its text."""
+    history) holds a payload `signed` says is signed over its text, and the request built
+    from the events as stored (`sent`, called only then) carries that payload: it would
+    round-trip. One the request leaves out (bound to another model) refuses nothing."""
     marks = hidden(events)
     if not marks or signed is None:
         return
-    for event in events:
-        if event.originator_version not in marks:
-            continue
-        payload: ProviderPayload | None = getattr(event, "payload", None)
-        if payload is not None and signed(payload):
-            version = event.originator_version
+    bound = [
+        (event.originator_version, payload)
+        for event in events
+        if event.originator_version in marks
+        and (payload := getattr(event, "payload", None)) is not None
+        and signed(payload)
+    ]
+    if not bound:
+        return
+    request = sent()
+    for version, payload in bound:
+        if bytes(payload.value) in request:
             raise RedactedReplay(
                 f"event {version} is redacted, and {provider} signed its text "
                 f"({payload.format}): replaying it to {provider} would need the hidden text. "
-                "Nothing was sent; replay to another provider, or fork the conversation "
-                f"before version {version}",
+                "Nothing was sent; replay to another provider or model, or fork the "
+                f"conversation before version {version}",
                 version=version,
             )
