@@ -633,8 +633,9 @@ def _normalized(text: str, ids: list[str]) -> str:
         text = text.replace(cid[:8], f"<short {n}>")
     text = re.sub(r"[0-9a-f]{64}", "<hash>", text)
     text = re.sub(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(\.\d+)?", "<time>", text)
+    # OTel's span ids (of event hashes) first: one may be 16 decimal digits, like a time
+    text = re.sub(r'"[0-9a-f]{16}"', '"<span>"', text)
     text = re.sub(r"\b\d{16,19}\b", "<nanos>", text)  # OTel's times
-    text = re.sub(r'"[0-9a-f]{16}"', '"<span>"', text)  # OTel's span ids: of event hashes
     return re.sub(r'"pid":\d+,"started":[0-9.]+,"id":"[0-9a-f]+"', "<writer>", text)
 
 
