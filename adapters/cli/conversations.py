@@ -6,7 +6,7 @@ import argparse
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from convstore.adapters.cli.integrity import EXIT_BROKEN, chain_warning
@@ -39,21 +39,23 @@ LIST_HEADER = f"{'ID':<8}  {'STARTED':<23}  {'PROVIDER/MODEL':<28}  {'TURNS':>5}
 
 
 def _moment(text: str) -> datetime:
-    """An ISO 8601 date or date and time, in UTC unless it names its offset."""
+    """`--since`: an ISO 8601 date or time (`values.moment`)."""
+    from convstore.adapters.terminal import values
+
     try:
-        moment = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{render.shorten(text, 40)!r} is not an ISO 8601 date or time (such as "
-            "2026-01-31 or 2026-01-31T12:00)"
-        ) from None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+        return values.moment(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _until(text: str) -> datetime:
-    """`--until`: a date reaches to the end of that day; a time is the bound itself."""
-    moment = _moment(text)
-    return moment + timedelta(days=1) if len(text.strip()) == 10 else moment
+    """`--until`: a date reaches to the end of that day (`values.until`)."""
+    from convstore.adapters.terminal import values
+
+    try:
+        return values.until(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _list_arguments(parser: argparse.ArgumentParser) -> None:

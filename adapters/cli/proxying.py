@@ -8,6 +8,7 @@ from convstore.adapters.cli.registry import (
     PROG,
     Session,
     command,
+    listen_flag,
     positive_number,
     whole_number,
 )
@@ -27,12 +28,7 @@ def _seconds(text: str) -> float:
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--listen",
-        default=DEFAULT_LISTEN,
-        metavar="HOST:PORT",
-        help=f"where to listen (default {DEFAULT_LISTEN}; port 0: any free port)",
-    )
+    listen_flag(parser, DEFAULT_LISTEN)
     parser.add_argument(
         "--upstream",
         action="append",

@@ -178,6 +178,16 @@ def path(text: str) -> Path:
     return Path(text)
 
 
+def listen_flag(parser: argparse.ArgumentParser, default: str) -> None:
+    """A server's `--listen HOST:PORT` (port 0: any free port)."""
+    parser.add_argument(
+        "--listen",
+        default=default,
+        metavar="HOST:PORT",
+        help=f"where to listen (default {default}; port 0: any free port)",
+    )
+
+
 def json_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
 

@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from convstore.adapters.cli.registry import PROG, Session, command, read_file
+from convstore.adapters.cli.registry import PROG, Session, command, listen_flag, read_file
 from convstore.domain.errors import ConfigurationError
 
 DEFAULT_LISTEN = "127.0.0.1:8787"  # as `web.server.DEFAULT_LISTEN` (loaded on use)
@@ -15,12 +15,7 @@ MIN_TOKEN = 16
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--listen",
-        default=DEFAULT_LISTEN,
-        metavar="HOST:PORT",
-        help=f"where to listen (default {DEFAULT_LISTEN}; port 0: any free port)",
-    )
+    listen_flag(parser, DEFAULT_LISTEN)
     parser.add_argument(
         "--allow-remote",
         action="store_true",

@@ -1,8 +1,8 @@
 """Serving an ASGI application on uvicorn, as `convstore proxy` and `convstore serve` do:
 the `--listen` address, the loopback test, the bound socket, and a uvicorn server that says
 when it listens and stops on SIGINT/SIGTERM without raising the signal again (the command
-then exits 0). uvicorn is imported by the functions that need it (the `proxy` and `web`
-extras install it).
+then exits 0). The `proxy` and `web` extras install uvicorn: importing this module without
+it is the ModuleNotFoundError the commands turn into "needs the extra".
 """
 
 from __future__ import annotations
@@ -13,14 +13,13 @@ import socket
 import threading
 from collections.abc import Callable, Generator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import uvicorn
 
 from convstore.domain.errors import ConfigurationError
 
-if TYPE_CHECKING:
-    import uvicorn
-
-__all__ = ["address_of", "bind", "is_loopback", "listen_address", "run"]
+__all__ = ["address_of", "bind", "config", "is_loopback", "listen_address", "run"]
 
 
 def listen_address(text: str, *, example: str) -> tuple[str, int]:
@@ -64,6 +63,22 @@ def address_of(listener: socket.socket) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def config(app: Any, host: str, port: int, **options: Any) -> uvicorn.Config:
+    """uvicorn's configuration for `app`, quiet: no access log (a URL's query may hold a
+    key, or a search's words), no logging setup of its own, no `server` header; `options`
+    add to it (lifespan, graceful shutdown, keep-alive)."""
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_config=None,
+        log_level="warning",
+        access_log=False,
+        server_header=False,
+        **options,
+    )
+
+
 def run(config: uvicorn.Config, listener: socket.socket, ready: Callable[[], None]) -> None:
     """Serve `config`'s app on `listener` until SIGINT or SIGTERM; `ready` is called once
     it listens, its signal handlers in place."""
@@ -72,8 +87,6 @@ def run(config: uvicorn.Config, listener: socket.socket, ready: Callable[[], Non
 
 
 def _server(config: uvicorn.Config, ready: Callable[[], None]) -> Any:
-    import uvicorn
-
     class Server(uvicorn.Server):
         """uvicorn's server, telling `ready` once it listens, and stopping on a signal
         without raising it again afterwards."""

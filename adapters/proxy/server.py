@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Final
 
 import httpx
-import uvicorn
 
 from convstore.adapters.http import serving
 from convstore.adapters.http.serving import is_loopback
@@ -79,15 +78,11 @@ def serve(
     sys.setswitchinterval(SWITCH_INTERVAL)
     recorder = Recorder(store, max_body_bytes=limits.max_body_bytes)
     app = ProxyApp(recorder, upstreams, limits.client(), max_request_bytes=limits.max_body_bytes)
-    config = uvicorn.Config(
+    config = serving.config(
         app,
-        host=host,
-        port=port,
+        host,
+        port,
         lifespan="on",
-        log_config=None,
-        log_level="warning",
-        access_log=False,
-        server_header=False,
         date_header=False,
         timeout_graceful_shutdown=grace,
         timeout_keep_alive=5,

@@ -15,7 +15,7 @@ from uuid import UUID
 
 import msgspec
 
-from convstore.adapters.terminal.render import one_line
+from convstore.adapters.terminal.render import one_line, shorten
 from convstore.domain.events import Event
 from convstore.domain.responses import ResponseOutcome
 from convstore.domain.service import ConversationSummary
@@ -114,3 +114,27 @@ def unanswered_line(call: Any) -> str:
         f"no result: client tool call {call.call_id} ({call.name}); the provider refuses "
         "the request until it has one",
     )
+
+
+def moment(text: str) -> datetime:
+    """An ISO 8601 date or date and time, in UTC unless it names its offset; ValueError
+    saying what was expected otherwise."""
+    from datetime import UTC
+
+    try:
+        found = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(
+            f"{shorten(text, 40)!r} is not an ISO 8601 date or time (such as 2026-01-31 or "
+            "2026-01-31T12:00)"
+        ) from None
+    return found if found.tzinfo is not None else found.replace(tzinfo=UTC)
+
+
+def until(text: str) -> datetime:
+    """An upper bound (`--until`): a date reaches to the end of that day; a time is the
+    bound itself."""
+    from datetime import timedelta
+
+    bound = moment(text)
+    return bound + timedelta(days=1) if len(text.strip()) == 10 else bound

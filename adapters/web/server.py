@@ -12,8 +12,6 @@ import ipaddress
 from collections.abc import Callable, Iterable
 from typing import Final
 
-import uvicorn
-
 from convstore.adapters.http import serving
 from convstore.adapters.web.app import viewer_app
 from convstore.storage import Store
@@ -56,17 +54,7 @@ def serve(
     app = viewer_app(
         store, hosts=allowed_hosts(host, allowed), token=token, secure_cookie=secure_cookie
     )
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        lifespan="off",
-        log_config=None,
-        log_level="warning",
-        access_log=False,
-        server_header=False,
-        timeout_graceful_shutdown=5,
-    )
+    config = serving.config(app, host, port, lifespan="off", timeout_graceful_shutdown=5)
     address = serving.address_of(listener)
     gc.collect()
     gc.freeze()  # what startup loaded stays out of the collections each page's garbage causes

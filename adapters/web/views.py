@@ -10,14 +10,15 @@ a `PageError` with the status and the message the page shows.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any, Final
 from urllib.parse import urlencode
 from uuid import UUID
 
 from convstore.adapters.recording import jobs
+from convstore.adapters.terminal import values
 from convstore.adapters.terminal.render import shorten
 from convstore.adapters.terminal.values import kept_line, loss_line, unanswered_line
 from convstore.adapters.wire.consent import KEPT_DECLARED
@@ -96,14 +97,11 @@ def listing(store: Store, query: Mapping[str, str], labels: Sequence[str]) -> Li
         if query.get(key, "").strip()
     }
     wanted = [label.strip() for label in labels if label.strip()]
-    until = _moment(given["until"], "until") if "until" in given else None
-    if until is not None and len(given["until"]) == 10:
-        until += timedelta(days=1)  # a date reaches to the end of that day
     where = ConversationFilter(
         provider=given.get("provider"),
         model=given.get("model"),
-        since=_moment(given["since"], "since") if "since" in given else None,
-        until=until,
+        since=_bound(values.moment, given, "since"),
+        until=_bound(values.until, given, "until"),
         title=given.get("title"),
         labels=tuple(wanted),
     )
@@ -127,16 +125,14 @@ def _number(text: str, name: str, *, default: int, low: int) -> int:
     return int(text)
 
 
-def _moment(text: str, name: str) -> datetime:
+def _bound(read: Callable[[str], datetime], given: Mapping[str, str], name: str) -> datetime | None:
+    """The filter's date `name`, if given (`values.moment` / `values.until`)."""
+    if name not in given:
+        return None
     try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise PageError(
-            400,
-            f"{name}: {shorten(text, 40)!r} is not an ISO 8601 date or time (such as 2026-01-31"
-            " or 2026-01-31T12:00)",
-        ) from None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+        return read(given[name])
+    except ValueError as error:
+        raise PageError(400, f"{name}: {error}") from None
 
 
 # --- one conversation ---------------------------------------------------------------------
